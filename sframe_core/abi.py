@@ -1,0 +1,78 @@
+"""What each SFrame ABI means for unwinding: register numbers and fixed rules.
+
+Registers are named by their DWARF numbers everywhere in sframe_core, because
+both sources of rows (SFrame v3 flexible FDEs and DWARF CFI) speak in them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Arch", "AMD64", "AARCH64_LE", "AARCH64_BE", "S390X", "arch_for_abi", "ARCHES"]
+
+
+@dataclass(frozen=True, slots=True)
+class Arch:
+    """Per-ABI facts the decoder and the unwinder need."""
+
+    name: str
+    abi_id: int  # sfh_abi_arch
+    big_endian: bool
+    sp: int  # DWARF number of the stack pointer
+    fp: int  # DWARF number of the frame pointer
+    ra: int  # DWARF number of the return-address column
+    # Register that holds the return address on entry (aarch64 x30, s390x
+    # r14); None where the call instruction pushes it (amd64).
+    ra_reg: int | None
+    # Caller's SP = CFA + sp_val_offset (s390x keeps a 160-byte save area).
+    sp_val_offset: int
+    # Registers named in dumps, DWARF number -> name.
+    reg_names: tuple[tuple[int, str], ...]
+    # ELF e_machine names pyelftools reports for this ABI.
+    elf_machines: tuple[str, ...]
+
+    def reg_name(self, regno: int) -> str:
+        for number, name in self.reg_names:
+            if number == regno:
+                return name
+        return f"r{regno}"
+
+    def reg_number(self, name: str) -> int | None:
+        for number, known in self.reg_names:
+            if known == name:
+                return number
+        return None
+
+    @property
+    def cfa_needs_decode(self) -> bool:
+        """s390x stores CFA offsets as (offset - 160) / 8."""
+        return self.abi_id == 4
+
+
+_AMD64_REGS = (
+    (0, "rax"), (1, "rdx"), (2, "rcx"), (3, "rbx"), (4, "rsi"), (5, "rdi"),
+    (6, "rbp"), (7, "rsp"), (8, "r8"), (9, "r9"), (10, "r10"), (11, "r11"),
+    (12, "r12"), (13, "r13"), (14, "r14"), (15, "r15"), (16, "rip"),
+)
+_AARCH64_REGS = tuple((i, f"x{i}") for i in range(31)) + ((31, "sp"),)
+_S390X_REGS = tuple((i, f"r{i}") for i in range(16)) + tuple(
+    (16 + i, f"f{n}") for i, n in enumerate((0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15))
+)
+
+AMD64 = Arch("amd64", 3, False, sp=7, fp=6, ra=16, ra_reg=None, sp_val_offset=0,
+             reg_names=_AMD64_REGS, elf_machines=("EM_X86_64",))
+AARCH64_BE = Arch("aarch64_be", 1, True, sp=31, fp=29, ra=30, ra_reg=30, sp_val_offset=0,
+                  reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",))
+AARCH64_LE = Arch("aarch64", 2, False, sp=31, fp=29, ra=30, ra_reg=30, sp_val_offset=0,
+                  reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",))
+S390X = Arch("s390x", 4, True, sp=15, fp=11, ra=14, ra_reg=14, sp_val_offset=-160,
+             reg_names=_S390X_REGS, elf_machines=("EM_S390",))
+
+ARCHES = (AARCH64_BE, AARCH64_LE, AMD64, S390X)
+
+
+def arch_for_abi(abi_id: int) -> Arch | None:
+    for arch in ARCHES:
+        if arch.abi_id == abi_id:
+            return arch
+    return None

@@ -1,0 +1,181 @@
+"""Finding SFrame (and the presence of DWARF CFI) in ELF files, with pyelftools.
+
+Every pyelftools or OS error is turned into ``FileError`` here, at one choke
+point, so callers only ever handle ``SFrameError``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import FileError, FormatError
+from .format import HEADER_SIZE, parse_header
+from .section import SFrameSection
+
+__all__ = ["PT_GNU_SFRAME", "SHT_GNU_SFRAME", "ElfSFrame", "read_elf", "open_sframe"]
+
+PT_GNU_SFRAME = 0x6474E554
+SHT_GNU_SFRAME = 0x6FFFFFF4
+PT_GNU_EH_FRAME = 0x6474E550
+
+# PC-relative relocation types gas puts on FDE start fields in ``.o`` files,
+# by e_machine: type -> field width in bytes.
+_PCREL_RELOCS: dict[str, dict[int, int]] = {
+    "EM_X86_64": {2: 4, 24: 8},  # R_X86_64_PC32, R_X86_64_PC64
+    "EM_AARCH64": {261: 4, 260: 8},  # R_AARCH64_PREL32, R_AARCH64_PREL64
+    "EM_S390": {5: 4, 23: 8},  # R_390_PC32, R_390_PC64
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ElfSFrame:
+    """What an ELF file holds for unwinding, read once from its headers.
+
+    ``sframe_address`` is the section's file (link-time) address; ``data``
+    its bytes, with relocations applied for ``.o`` files.
+    """
+
+    path: str
+    machine: str
+    big_endian: bool
+    elf_type: str  # ET_EXEC, ET_DYN, ET_REL, ET_CORE
+    has_eh_frame: bool
+    has_debug_frame: bool
+    sframe_address: int | None
+    data: bytes | None
+    from_segment: bool  # found through PT_GNU_SFRAME (section headers gone)
+    relocated: bool  # .o relocations were applied: start fields are PC-relative
+
+    @property
+    def has_sframe(self) -> bool:
+        return self.data is not None and len(self.data) >= HEADER_SIZE
+
+    @property
+    def is_relocatable(self) -> bool:
+        return self.elf_type == "ET_REL"
+
+    def open(self, address: int | None = None) -> SFrameSection | None:
+        """The section, at its file address or at ``address`` (runtime)."""
+        if not self.has_sframe or self.data is None or self.sframe_address is None:
+            return None
+        base = self.sframe_address if address is None else address
+        try:
+            return SFrameSection(self.data, base, pcrel=True if self.relocated else None,
+                                 name=self.path)
+        except FormatError as exc:
+            raise FormatError(f"{self.path}: .sframe: {exc}") from None
+
+
+def _apply_relocations(elf: Any, section: Any, data: bytearray) -> bool:
+    """Apply ``.rela.sframe`` so FDE start fields read as PC-relative values.
+
+    In a ``.o`` every section sits at address 0, so the result is the
+    function's offset in its own text section: unambiguous with one text
+    section, and said so by ``sframe dump`` otherwise.
+    """
+    relocs = _PCREL_RELOCS.get(elf["e_machine"], {})
+    index = elf.get_section_index(section.name)
+    applied = False
+    for rel_sec in elf.iter_sections():
+        if rel_sec["sh_type"] not in ("SHT_RELA", "SHT_REL") or rel_sec["sh_info"] != index:
+            continue
+        symtab = elf.get_section(rel_sec["sh_link"])
+        endian = ">" if elf.little_endian is False else "<"
+        for rel in rel_sec.iter_relocations():
+            rtype = rel["r_info_type"]
+            width = relocs.get(rtype)
+            offset = rel["r_offset"]
+            if width is None:
+                raise FileError(f"unsupported relocation type {rtype} in {rel_sec.name}")
+            if offset + width > len(data):
+                raise FileError(f"relocation at {offset:#x} in {rel_sec.name} is outside .sframe")
+            sym = symtab.get_symbol(rel["r_info_sym"])
+            addend = rel["r_addend"] if rel.is_RELA() else 0
+            value = sym["st_value"] + addend - offset  # S + A - P, sections at 0
+            fmt = endian + ("i" if width == 4 else "q")
+            try:
+                struct.pack_into(fmt, data, offset, value)
+            except struct.error as exc:
+                raise FileError(f"relocation at {offset:#x} does not fit: {exc}") from None
+            applied = True
+    return applied
+
+
+def read_elf(path: str | os.PathLike[str]) -> ElfSFrame:
+    """Read what unwinding needs from an ELF file.
+
+    :raises FileError: the file is missing, unreadable or not ELF.
+    """
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as stream:
+            if stream.read(4) != b"\x7fELF":
+                raise FileError(f"{name}: not an ELF file")
+            stream.seek(0)
+            elf = ELFFile(stream)
+            return _read(elf, name)
+    except FileError:
+        raise
+    except OSError as exc:
+        raise FileError(f"{name}: {exc.strerror or exc}") from None
+    except (ELFError, struct.error, ValueError, KeyError, IndexError) as exc:
+        raise FileError(f"{name}: malformed ELF file: {exc}") from None
+
+
+def _read(elf: Any, name: str) -> ElfSFrame:
+    has_eh = has_debug = False
+    address: int | None = None
+    data: bytes | None = None
+    from_segment = relocated = False
+    sframe = None
+    for section in elf.iter_sections():
+        if section.name == ".eh_frame" and section["sh_size"] > 0:
+            has_eh = True
+        elif section.name == ".debug_frame" and section["sh_size"] > 0:
+            has_debug = True
+        elif section.name == ".sframe" and section["sh_type"] != "SHT_NOBITS":
+            sframe = section
+    if sframe is not None:
+        address = sframe["sh_addr"]
+        raw = bytearray(sframe.data())
+        if elf["e_type"] == "ET_REL" and len(raw) >= HEADER_SIZE:
+            relocated = _apply_relocations(elf, sframe, raw)
+        data = bytes(raw)
+    elif elf.num_sections() == 0:
+        # Section headers stripped: fall back on the program headers.
+        for segment in elf.iter_segments():
+            ptype = segment["p_type"]
+            if ptype == PT_GNU_SFRAME or ptype == "PT_GNU_SFRAME":
+                address = segment["p_vaddr"]
+                data = segment.data()
+                from_segment = True
+                # p_filesz can exceed the section: keep what the header claims.
+                if len(data) >= HEADER_SIZE:
+                    try:
+                        data = data[: parse_header(data).size]
+                    except FormatError:
+                        pass  # reported, with its offset, when the section is opened
+            elif ptype in (PT_GNU_EH_FRAME, "PT_GNU_EH_FRAME") and segment["p_memsz"] > 0:
+                has_eh = True
+    machine = elf["e_machine"]
+    return ElfSFrame(name, machine, not elf.little_endian, elf["e_type"], has_eh, has_debug,
+                     address, data, from_segment, relocated)
+
+
+def open_sframe(path: str | os.PathLike[str], address: int | None = None) -> SFrameSection:
+    """The ``.sframe`` section of ``path``, for the CLI and tests.
+
+    :raises FileError: not ELF, or no ``.sframe``.
+    :raises FormatError: the section is corrupt.
+    """
+    info = read_elf(path)
+    section = info.open(address)
+    if section is None:
+        raise FileError(f"{info.path}: no .sframe section")
+    return section

@@ -1,0 +1,340 @@
+"""SFrame byte layouts (versions 1, 2 and 3) and the records decoded from them.
+
+Decoding is split the way pyelftools splits DWARF CFI: this module turns
+bytes into records named after the spec's fields (header, FDE, FRE) and
+checks that every offset and count stays inside the section; ``rows`` gives
+the records their meaning per ABI. Functions here are pure and decode only
+what they are asked for, so that answering one PC never walks the section.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from .errors import FormatError
+
+__all__ = [
+    "SFRAME_MAGIC", "SFRAME_F_FDE_SORTED", "SFRAME_F_FRAME_POINTER",
+    "SFRAME_F_FDE_FUNC_START_PCREL", "HEADER_SIZE", "FDE_SIZE", "V3_ATTR_SIZE",
+    "FRE_TYPE_ADDR1", "FRE_TYPE_ADDR2", "FRE_TYPE_ADDR4", "PC_TYPE_INC", "PC_TYPE_MASK",
+    "FDE_TYPE_DEFAULT", "FDE_TYPE_FLEX", "MAX_DEFAULT_WORDS", "FLEX_WORD_COUNTS",
+    "Header", "FDE", "FRE", "parse_header", "decode_fde", "decode_fres", "fde_start_field",
+]
+
+SFRAME_MAGIC = 0xDEE2
+SFRAME_F_FDE_SORTED = 0x1
+SFRAME_F_FRAME_POINTER = 0x2
+SFRAME_F_FDE_FUNC_START_PCREL = 0x4
+# Flags each version defines. PCREL is a v2 erratum (binutils 2.45) and part
+# of v3; FRAME_POINTER was dropped in v3. v1 predates both changes.
+_VALID_FLAGS = {1: 0x3, 2: 0x7, 3: 0x5}
+
+HEADER_SIZE = 28
+FDE_SIZE = {1: 17, 2: 20, 3: 16}
+V3_ATTR_SIZE = 5
+
+FRE_TYPE_ADDR1, FRE_TYPE_ADDR2, FRE_TYPE_ADDR4 = 0, 1, 2
+PC_TYPE_INC, PC_TYPE_MASK = 0, 1
+FDE_TYPE_DEFAULT, FDE_TYPE_FLEX = 0, 1
+
+# Most data words one FRE may carry: CFA, RA, FP in a default FDE; three
+# (control word, offset) pairs in a v3 flexible FDE, of which the RA pair
+# may be a single padding word.
+MAX_DEFAULT_WORDS = 3
+FLEX_WORD_COUNTS = frozenset({0, 2, 4, 5, 6})
+
+# v1 PC-mask FDEs have no repetition size; binutils 2.40 only used them for
+# 16-byte amd64 PLT entries (libsframe hard-codes 16 for v1 as well).
+V1_PCMASK_REP_SIZE = 16
+
+
+class Header(NamedTuple):
+    """The SFrame preamble and header, with the offsets they imply."""
+
+    big_endian: bool
+    version: int
+    flags: int
+    abi_arch: int
+    cfa_fixed_fp_offset: int
+    cfa_fixed_ra_offset: int
+    auxhdr_len: int
+    num_fdes: int
+    num_fres: int
+    fre_len: int
+    fdeoff: int
+    freoff: int
+
+    @property
+    def hdr_end(self) -> int:
+        return HEADER_SIZE + self.auxhdr_len
+
+    @property
+    def fde_base(self) -> int:
+        return self.hdr_end + self.fdeoff
+
+    @property
+    def fre_base(self) -> int:
+        return self.hdr_end + self.freoff
+
+    @property
+    def fre_end(self) -> int:
+        return self.fre_base + self.fre_len
+
+    @property
+    def fde_size(self) -> int:
+        return FDE_SIZE[self.version]
+
+    @property
+    def size(self) -> int:
+        """Bytes the section needs: the end of the FDE or FRE sub-section."""
+        return max(self.fre_end, self.fde_base + self.num_fdes * self.fde_size)
+
+    @property
+    def sorted(self) -> bool:
+        return bool(self.flags & SFRAME_F_FDE_SORTED)
+
+    @property
+    def pcrel(self) -> bool:
+        return bool(self.flags & SFRAME_F_FDE_FUNC_START_PCREL)
+
+    @property
+    def endian(self) -> str:
+        return ">" if self.big_endian else "<"
+
+
+class FDE(NamedTuple):
+    """One function descriptor (v3: index entry plus attribute record).
+
+    ``start`` is the function's first address in the address space of the
+    section address the section was opened with (file or runtime).
+    """
+
+    index: int
+    offset: int  # section offset of the FDE (v3: of the index entry)
+    start: int
+    size: int
+    fre_off: int  # sfde_func_start_fre_off, relative to the FRE sub-section
+    num_fres: int
+    info: int
+    info2: int  # v3 only; 0 before
+    rep_size: int
+    fres_offset: int  # section offset of the first FRE
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    @property
+    def fre_type(self) -> int:
+        return self.info & 0xF
+
+    @property
+    def pc_type(self) -> int:
+        return (self.info >> 4) & 1
+
+    @property
+    def is_pcmask(self) -> bool:
+        return self.pc_type == PC_TYPE_MASK
+
+    @property
+    def pauth_key(self) -> int:
+        return (self.info >> 5) & 1
+
+    @property
+    def signal(self) -> bool:
+        """v3 ``.cfi_signal_frame``; bit 7 is unused (zero) before v3."""
+        return bool(self.info & 0x80)
+
+    @property
+    def fde_type(self) -> int:
+        return self.info2 & 0x1F
+
+    @property
+    def flex(self) -> bool:
+        return self.fde_type == FDE_TYPE_FLEX
+
+
+class FRE(NamedTuple):
+    """One frame row entry, its data words still uninterpreted."""
+
+    offset: int  # section offset of the FRE
+    start: int  # sfre_start_address: from the function start (or rep block)
+    info: int
+    words: tuple[int, ...]  # signed, as stored
+    word_size: int  # bytes per data word: 1, 2 or 4
+
+    @property
+    def base_is_sp(self) -> bool:
+        return bool(self.info & 1)
+
+    @property
+    def num_words(self) -> int:
+        return (self.info >> 1) & 0xF
+
+    @property
+    def mangled_ra(self) -> bool:
+        return bool(self.info & 0x80)
+
+    @property
+    def ra_undefined(self) -> bool:
+        """No data words: the return address is undefined, the outermost frame."""
+        return not self.words
+
+    def unsigned(self, i: int) -> int:
+        """Word ``i`` read as unsigned (v3 flexible control words)."""
+        return self.words[i] & ((1 << (8 * self.word_size)) - 1)
+
+
+_U16 = {False: struct.Struct("<H"), True: struct.Struct(">H")}
+_HEADER = {e: struct.Struct(("<" if not e else ">") + "HBBBbbBIIIII") for e in (False, True)}
+_FDE_V1 = {e: struct.Struct(("<" if not e else ">") + "iIIIB") for e in (False, True)}
+_FDE_V2 = {e: struct.Struct(("<" if not e else ">") + "iIIIBBH") for e in (False, True)}
+_FDE_V3 = {e: struct.Struct(("<" if not e else ">") + "qII") for e in (False, True)}
+_ATTR_V3 = {e: struct.Struct(("<" if not e else ">") + "HBBB") for e in (False, True)}
+_FRE_START = {
+    (e, t): struct.Struct(("<" if not e else ">") + "BHI"[t]) for e in (False, True) for t in (0, 1, 2)
+}
+_WORDS = {
+    (e, size, n): struct.Struct(("<" if not e else ">") + {1: "b", 2: "h", 4: "i"}[size] * n)
+    for e in (False, True)
+    for size in (1, 2, 4)
+    for n in range(16)
+}
+
+
+def parse_header(data: bytes | memoryview) -> Header:
+    """Read and check the header; nothing past it is touched."""
+    if len(data) < HEADER_SIZE:
+        raise FormatError(f"section is {len(data)} bytes, too short for the {HEADER_SIZE}-byte "
+                          "SFrame header", 0)
+    magic_bytes = bytes(data[0:2])
+    if magic_bytes == b"\xe2\xde":
+        big = False
+    elif magic_bytes == b"\xde\xe2":
+        big = True
+    else:
+        raise FormatError(f"bad magic 0x{magic_bytes.hex()} (expected 0xdee2 in either byte order)", 0)
+    hdr = Header(big, *_HEADER[big].unpack_from(data, 0)[1:])
+    if hdr.version not in _VALID_FLAGS:
+        raise FormatError(f"unknown SFrame version {hdr.version}", 2)
+    if hdr.flags & ~_VALID_FLAGS[hdr.version]:
+        raise FormatError(f"flags {hdr.flags:#x} not valid for SFrame version {hdr.version} "
+                          f"(valid: {_VALID_FLAGS[hdr.version]:#x})", 3)
+    if hdr.abi_arch not in (1, 2, 3, 4):
+        raise FormatError(f"unknown ABI/arch {hdr.abi_arch}", 4)
+    if (hdr.abi_arch in (1, 4)) != big:
+        order = "big" if big else "little"
+        raise FormatError(f"ABI/arch {hdr.abi_arch} does not match the {order}-endian magic", 4)
+    if hdr.fdeoff > hdr.freoff:
+        raise FormatError(f"FDE sub-section offset {hdr.fdeoff:#x} is past the FRE sub-section "
+                          f"offset {hdr.freoff:#x}", 0x14)
+    length = len(data)
+    fde_end = hdr.fde_base + hdr.num_fdes * hdr.fde_size
+    if fde_end > length:
+        raise FormatError(f"{hdr.num_fdes} FDEs of {hdr.fde_size} bytes at {hdr.fde_base:#x} do not "
+                          f"fit in the {length}-byte section", 8)
+    if fde_end > hdr.fre_base:
+        raise FormatError(f"FDE sub-section (ends at {fde_end:#x}) overlaps the FRE sub-section "
+                          f"(starts at {hdr.fre_base:#x})", 0x18)
+    if hdr.fre_end > length:
+        raise FormatError(f"FRE sub-section of {hdr.fre_len} bytes at {hdr.fre_base:#x} does not fit "
+                          f"in the {length}-byte section", 0x10)
+    # Every FRE has at least a start-address byte and an info byte.
+    if hdr.num_fres * 2 > hdr.fre_len:
+        raise FormatError(f"{hdr.num_fres} FREs cannot fit in an FRE sub-section of "
+                          f"{hdr.fre_len} bytes", 0xC)
+    return hdr
+
+
+def fde_start_field(data: bytes | memoryview, hdr: Header, index: int) -> tuple[int, int]:
+    """(section offset, signed value) of FDE ``index``'s function-start field."""
+    offset = hdr.fde_base + index * hdr.fde_size
+    if hdr.version == 3:
+        return offset, _FDE_V3[hdr.big_endian].unpack_from(data, offset)[0]
+    return offset, _FDE_V1[hdr.big_endian].unpack_from(data, offset)[0]
+
+
+def decode_fde(data: bytes | memoryview, hdr: Header, index: int, sec_addr: int,
+               pcrel: bool | None = None) -> FDE:
+    """Decode FDE ``index``; ``pcrel`` overrides the header flag (``.o`` files)."""
+    if not 0 <= index < hdr.num_fdes:
+        raise FormatError(f"FDE index {index} out of range (section has {hdr.num_fdes})")
+    big = hdr.big_endian
+    offset = hdr.fde_base + index * hdr.fde_size
+    info2 = 0
+    if hdr.version == 1:
+        value, size, fre_off, num_fres, info = _FDE_V1[big].unpack_from(data, offset)
+        rep_size = V1_PCMASK_REP_SIZE if (info >> 4) & 1 else 0
+        first_fre = hdr.fre_base + fre_off
+    elif hdr.version == 2:
+        value, size, fre_off, num_fres, info, rep_size, _pad = _FDE_V2[big].unpack_from(data, offset)
+        first_fre = hdr.fre_base + fre_off
+    else:
+        value, size, fre_off = _FDE_V3[big].unpack_from(data, offset)
+        attr = hdr.fre_base + fre_off
+        if fre_off > hdr.fre_len - V3_ATTR_SIZE or hdr.fre_len < V3_ATTR_SIZE:
+            raise FormatError(f"FDE {index}: attribute record at FRE offset {fre_off:#x} is outside "
+                              f"the {hdr.fre_len}-byte FRE sub-section", offset + 12)
+        num_fres, info, info2, rep_size = _ATTR_V3[big].unpack_from(data, attr)
+        first_fre = attr + V3_ATTR_SIZE
+        if info2 & 0x1F not in (FDE_TYPE_DEFAULT, FDE_TYPE_FLEX):
+            raise FormatError(f"FDE {index}: unknown FDE type {info2 & 0x1F}", attr + 3)
+    if hdr.version < 3 and first_fre > hdr.fre_end:
+        raise FormatError(f"FDE {index}: first FRE at FRE offset {fre_off:#x} is outside the "
+                          f"{hdr.fre_len}-byte FRE sub-section", offset + 8)
+    if info & 0xF > FRE_TYPE_ADDR4:
+        raise FormatError(f"FDE {index}: bad FRE type {info & 0xF}", offset + (16 if hdr.version < 3 else 0))
+    # Each FRE takes at least two bytes: a count that cannot fit is corrupt,
+    # and rejecting it here bounds the work any later walk can do.
+    if num_fres * 2 > hdr.fre_end - first_fre:
+        raise FormatError(f"FDE {index}: {num_fres} FREs cannot fit in the "
+                          f"{max(hdr.fre_end - first_fre, 0)} bytes left in the FRE sub-section",
+                          offset + (12 if hdr.version < 3 else 0))
+    use_pcrel = hdr.pcrel if pcrel is None else pcrel
+    start = sec_addr + value + (offset if use_pcrel else 0)
+    return FDE(index, offset, start, size, fre_off, num_fres, info, info2, rep_size, first_fre)
+
+
+def decode_fres(data: bytes | memoryview, hdr: Header, fde: FDE) -> tuple[FRE, ...]:
+    """Decode the FREs of one FDE, checking each against the section bounds."""
+    big = hdr.big_endian
+    addr_size = 1 << fde.fre_type
+    start_struct = _FRE_START[(big, fde.fre_type)]
+    end = hdr.fre_end
+    pos = fde.fres_offset
+    fres: list[FRE] = []
+    previous = -1
+    flex = hdr.version == 3 and fde.flex
+    for k in range(fde.num_fres):
+        if pos + addr_size + 1 > end:
+            raise FormatError(f"FDE {fde.index}: FRE {k} runs past the end of the FRE sub-section", pos)
+        start = start_struct.unpack_from(data, pos)[0]
+        info = data[pos + addr_size]
+        size_code = (info >> 5) & 3
+        if size_code == 3:
+            raise FormatError(f"FDE {fde.index}: FRE {k} has invalid data-word size code 3",
+                              pos + addr_size)
+        count = (info >> 1) & 0xF
+        if flex:
+            if count not in FLEX_WORD_COUNTS:
+                raise FormatError(f"FDE {fde.index}: FRE {k} has {count} data words, not valid in a "
+                                  "flexible FDE", pos + addr_size)
+        elif count > MAX_DEFAULT_WORDS:
+            raise FormatError(f"FDE {fde.index}: FRE {k} has {count} data words (at most "
+                              f"{MAX_DEFAULT_WORDS})", pos + addr_size)
+        word_size = 1 << size_code
+        words_at = pos + addr_size + 1
+        if words_at + count * word_size > end:
+            raise FormatError(f"FDE {fde.index}: FRE {k} runs past the end of the FRE sub-section", pos)
+        words = _WORDS[(big, word_size, count)].unpack_from(data, words_at) if count else ()
+        if start < previous:
+            raise FormatError(f"FDE {fde.index}: FRE {k} starts at {start:#x}, before the previous "
+                              f"FRE ({previous:#x})", pos)
+        if not fde.is_pcmask and start > fde.size:
+            raise FormatError(f"FDE {fde.index}: FRE {k} starts at {start:#x}, past the function's "
+                              f"size {fde.size:#x}", pos)
+        previous = start
+        fres.append(FRE(pos, start, info, words, word_size))
+        pos = words_at + count * word_size
+    return tuple(fres)
