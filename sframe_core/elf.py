@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import FileError, FormatError
 from .format import HEADER_SIZE, parse_header
 from .section import SFrameSection
 
-__all__ = ["PT_GNU_SFRAME", "SHT_GNU_SFRAME", "ElfSFrame", "read_elf", "open_sframe"]
+__all__ = ["PT_GNU_SFRAME", "SHT_GNU_SFRAME", "ElfSFrame", "LoadSegment", "read_elf", "open_sframe"]
 
 PT_GNU_SFRAME = 0x6474E554
 SHT_GNU_SFRAME = 0x6FFFFFF4
@@ -28,6 +28,16 @@ _PCREL_RELOCS: dict[str, dict[int, int]] = {
     "EM_AARCH64": {261: 4, 260: 8},  # R_AARCH64_PREL32, R_AARCH64_PREL64
     "EM_S390": {5: 4, 23: 8},  # R_390_PC32, R_390_PC64
 }
+
+
+class LoadSegment(NamedTuple):
+    """A PT_LOAD program header: what maps file bytes to addresses."""
+
+    offset: int
+    vaddr: int
+    filesz: int
+    memsz: int
+    executable: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +58,15 @@ class ElfSFrame:
     data: bytes | None
     from_segment: bool  # found through PT_GNU_SFRAME (section headers gone)
     relocated: bool  # .o relocations were applied: start fields are PC-relative
+    segments: tuple[LoadSegment, ...] = ()
+
+    def bias_for_mapping(self, start: int, file_offset: int) -> int | None:
+        """Load bias given that address ``start`` holds file byte ``file_offset``."""
+        for seg in self.segments:
+            page = seg.offset & ~0xFFF
+            if page <= file_offset < seg.offset + max(seg.filesz, 1):
+                return start - (seg.vaddr + file_offset - seg.offset)
+        return None
 
     @property
     def has_sframe(self) -> bool:
@@ -163,9 +182,13 @@ def _read(elf: Any, name: str) -> ElfSFrame:
                         pass  # reported, with its offset, when the section is opened
             elif ptype in (PT_GNU_EH_FRAME, "PT_GNU_EH_FRAME") and segment["p_memsz"] > 0:
                 has_eh = True
+    segments = tuple(
+        LoadSegment(seg["p_offset"], seg["p_vaddr"], seg["p_filesz"], seg["p_memsz"],
+                    bool(seg["p_flags"] & 1))
+        for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD")
     machine = elf["e_machine"]
     return ElfSFrame(name, machine, not elf.little_endian, elf["e_type"], has_eh, has_debug,
-                     address, data, from_segment, relocated)
+                     address, data, from_segment, relocated, segments)
 
 
 def open_sframe(path: str | os.PathLike[str], address: int | None = None) -> SFrameSection:

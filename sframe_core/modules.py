@@ -1,0 +1,191 @@
+"""The module table: which loaded file covers a PC, and its unwind tables.
+
+Built from a list of mappings (a core's NT_FILE note, /proc/PID/maps, or a
+debugger's module list). Each module reads its ELF headers, SFrame section
+and DWARF CFI only when a PC inside it is first unwound through, and keeps
+them: a backtrace through ten libraries opens ten files, not a hundred.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from .errors import SFrameError
+from .rows import Row
+
+__all__ = ["Mapping", "Module", "ModuleTable", "SOURCES"]
+
+# Row sources in the order they are tried, by default: SFrame first, the
+# reason this project exists; DWARF CFI where SFrame has no FDE (libc on
+# Debian, the vdso).
+SOURCES = ("sframe", "eh_frame")
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    """``[start, end)`` maps ``path`` from ``file_offset`` on."""
+
+    start: int
+    end: int
+    file_offset: int
+    path: str
+
+
+class Module:
+    """One loaded ELF file at a load bias, with lazily opened unwind tables.
+
+    :param path: the file on disk (after any sysroot was applied).
+    :param bias: runtime address minus file address.
+    :param ranges: runtime address ranges the module occupies.
+    :param sframe_loader: optional override that returns the section bytes
+        and their runtime address (adapters that read them from a debugger).
+    """
+
+    def __init__(self, path: str, bias: int, ranges: Sequence[tuple[int, int]], *,
+                 name: str | None = None, sources: Sequence[str] = SOURCES,
+                 on_error: Callable[[Module, SFrameError], None] | None = None) -> None:
+        self.path = path
+        self.name = name or path
+        self.bias = bias
+        self.ranges = sorted(ranges)
+        self.sources = tuple(sources)
+        self._on_error = on_error
+        self._elf = None  # type: ignore[var-annotated]
+        self._sframe = None  # type: ignore[var-annotated]
+        self._cfi = None  # type: ignore[var-annotated]
+        self._loaded: set[str] = set()
+        self.error: SFrameError | None = None
+
+    @property
+    def start(self) -> int:
+        return self.ranges[0][0]
+
+    @property
+    def end(self) -> int:
+        return self.ranges[-1][1]
+
+    def contains(self, pc: int) -> bool:
+        return any(lo <= pc < hi for lo, hi in self.ranges)
+
+    def _fail(self, exc: SFrameError) -> None:
+        if self.error is None:
+            self.error = exc
+            if self._on_error is not None:
+                self._on_error(self, exc)
+
+    @property
+    def elf(self):  # type: ignore[no-untyped-def]
+        if "elf" not in self._loaded:
+            self._loaded.add("elf")
+            from .elf import read_elf
+            try:
+                self._elf = read_elf(self.path)
+            except SFrameError as exc:
+                self._fail(exc)
+        return self._elf
+
+    @property
+    def sframe(self):  # type: ignore[no-untyped-def]
+        """The SFrame section at its runtime address, or None."""
+        if "sframe" not in self._loaded:
+            self._loaded.add("sframe")
+            info = self.elf
+            if info is not None and info.has_sframe and info.sframe_address is not None:
+                try:
+                    self._sframe = info.open(info.sframe_address + self.bias)
+                except SFrameError as exc:
+                    self._fail(exc)
+        return self._sframe
+
+    @property
+    def cfi(self):  # type: ignore[no-untyped-def]
+        """The DWARF CFI table (``.eh_frame``, ``.debug_frame``), or None."""
+        if "cfi" not in self._loaded:
+            self._loaded.add("cfi")
+            info = self.elf
+            if info is not None and (info.has_eh_frame or info.has_debug_frame):
+                from .cfi import CFITable
+                try:
+                    self._cfi = CFITable(self.path, self.bias)
+                except SFrameError as exc:
+                    self._fail(exc)
+        return self._cfi
+
+    def row_at(self, pc: int) -> Row | None:
+        for source in self.sources:
+            table = self.sframe if source == "sframe" else self.cfi
+            if table is None:
+                continue
+            try:
+                row = table.row_at(pc)
+            except SFrameError as exc:
+                self._fail(exc)
+                if source == "sframe":
+                    self._sframe = None  # a corrupt section is reported once, then ignored
+                continue
+            if row is not None:
+                return row
+        return None
+
+    def __repr__(self) -> str:
+        return f"Module({self.name!r}, bias={self.bias:#x})"
+
+
+class ModuleTable:
+    """PC -> module, by binary search over the modules' start addresses."""
+
+    def __init__(self, modules: Iterable[Module]) -> None:
+        self.modules = sorted(modules, key=lambda m: m.start)
+        self._starts = [m.start for m in self.modules]
+
+    @classmethod
+    def from_mappings(cls, mappings: Iterable[Mapping], *, sysroot: str | None = None,
+                      sources: Sequence[str] = SOURCES,
+                      on_error: Callable[[Module, SFrameError], None] | None = None,
+                      ) -> ModuleTable:
+        """Group file mappings by path and work out each file's load bias."""
+        from .elf import read_elf
+
+        by_path: dict[str, list[Mapping]] = {}
+        for m in mappings:
+            if m.path.startswith("/") and not m.path.startswith("/dev/") and "(deleted)" not in m.path:
+                by_path.setdefault(m.path, []).append(m)
+        modules = []
+        for path, maps in by_path.items():
+            disk = os.path.join(sysroot, path.lstrip("/")) if sysroot else path
+            try:
+                info = read_elf(disk)
+            except SFrameError:
+                continue  # not an ELF file (a data file mapped by the program)
+            bias = None
+            for m in sorted(maps, key=lambda m: m.file_offset):
+                bias = info.bias_for_mapping(m.start, m.file_offset)
+                if bias is not None:
+                    break
+            if bias is None:
+                continue
+            module = Module(disk, bias, [(m.start, m.end) for m in maps], name=path,
+                            sources=sources, on_error=on_error)
+            module._elf = info
+            module._loaded.add("elf")
+            modules.append(module)
+        return cls(modules)
+
+    def module_for(self, pc: int) -> Module | None:
+        i = bisect.bisect_right(self._starts, pc) - 1
+        # Modules can interleave (a library mapped into another's gap), so
+        # look back over those that start before pc; the first is nearly
+        # always the one.
+        while i >= 0:
+            module = self.modules[i]
+            if module.contains(pc):
+                return module
+            i -= 1
+        return None
+
+    def row_at(self, pc: int) -> Row | None:
+        module = self.module_for(pc)
+        return module.row_at(pc) if module else None
