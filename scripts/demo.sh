@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The main job, for a newcomer: set everything up, build the bundled example
+# the way distributions build (-O2 -fomit-frame-pointer, SFrame on), drop its
+# .eh_frame, and show gdb's backtrace without and then with sframe_gdb.py.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+
+[ "${SFRAME_SKIP_SETUP:-}" = 1 ] || bash scripts/setup.sh
+
+build=$repo/build/demo
+mkdir -p "$build"
+gcc -O2 -fomit-frame-pointer -Wa,--gsframe examples/demo.c -o "$build/demo"
+objcopy --remove-section=.eh_frame --remove-section=.eh_frame_hdr "$build/demo" "$build/demo.noeh"
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+gdb_bt() {
+    gdb -nx -q -batch -ex 'set style enabled off' -ex 'set pagination off' \
+        "$@" -ex 'break stop_here' -ex 'run' -ex 'bt' "$build/demo.noeh" 2>&1 \
+        | grep -E '^(#|Backtrace|warning|sframe)' || true
+}
+
+say "The example's SFrame section (sframe dump, first function rows)"
+"$repo/.venv/bin/sframe" dump "$build/demo.noeh" | sed -n '1,16p'
+
+say "Where stop_here's caller finds its frame (sframe lookup)"
+addr=$(nm "$build/demo" | awk '/ parse_record$/ {print "0x" $1}')
+"$repo/.venv/bin/sframe" lookup "$build/demo.noeh" "$addr"
+
+say "gdb $(gdb --version | head -1 | awk '{print $NF}'), no .eh_frame, WITHOUT the plugin: the backtrace is wrong"
+gdb_bt
+
+say "gdb, no .eh_frame, WITH 'source sframe_gdb.py': the backtrace is right"
+gdb_bt -ex "source $repo/sframe_gdb.py"
+
+say "For reference: the same program with its .eh_frame, plain gdb"
+gdb -nx -q -batch -ex 'set style enabled off' -ex 'break stop_here' -ex run -ex bt "$build/demo" 2>&1 | grep -E '^#'
