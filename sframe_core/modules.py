@@ -13,8 +13,15 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from .errors import SFrameError
 from .rows import Row
+
+if TYPE_CHECKING:
+    from .cfi import CFITable
+    from .elf import ElfSFrame
+    from .section import SFrameSection
 
 __all__ = ["Mapping", "Module", "ModuleTable", "SOURCES"]
 
@@ -46,16 +53,18 @@ class Module:
 
     def __init__(self, path: str, bias: int, ranges: Sequence[tuple[int, int]], *,
                  name: str | None = None, sources: Sequence[str] = SOURCES,
-                 on_error: Callable[[Module, SFrameError], None] | None = None) -> None:
+                 on_error: Callable[[Module, SFrameError], None] | None = None,
+                 sframe_loader: Callable[[], tuple[bytes, int] | None] | None = None) -> None:
         self.path = path
+        self._sframe_loader = sframe_loader
         self.name = name or path
         self.bias = bias
         self.ranges = sorted(ranges)
         self.sources = tuple(sources)
         self._on_error = on_error
-        self._elf = None  # type: ignore[var-annotated]
-        self._sframe = None  # type: ignore[var-annotated]
-        self._cfi = None  # type: ignore[var-annotated]
+        self._elf: ElfSFrame | None = None
+        self._sframe: SFrameSection | None = None
+        self._cfi: CFITable | None = None
         self._loaded: set[str] = set()
         self.error: SFrameError | None = None
 
@@ -77,7 +86,7 @@ class Module:
                 self._on_error(self, exc)
 
     @property
-    def elf(self):  # type: ignore[no-untyped-def]
+    def elf(self) -> ElfSFrame | None:
         if "elf" not in self._loaded:
             self._loaded.add("elf")
             from .elf import read_elf
@@ -88,10 +97,19 @@ class Module:
         return self._elf
 
     @property
-    def sframe(self):  # type: ignore[no-untyped-def]
+    def sframe(self) -> SFrameSection | None:
         """The SFrame section at its runtime address, or None."""
         if "sframe" not in self._loaded:
             self._loaded.add("sframe")
+            if self._sframe_loader is not None:
+                from .section import SFrameSection
+                try:
+                    loaded = self._sframe_loader()
+                    if loaded is not None:
+                        self._sframe = SFrameSection(loaded[0], loaded[1], name=self.name)
+                except SFrameError as exc:
+                    self._fail(exc)
+                return self._sframe
             info = self.elf
             if info is not None and info.has_sframe and info.sframe_address is not None:
                 try:
@@ -101,7 +119,7 @@ class Module:
         return self._sframe
 
     @property
-    def cfi(self):  # type: ignore[no-untyped-def]
+    def cfi(self) -> CFITable | None:
         """The DWARF CFI table (``.eh_frame``, ``.debug_frame``), or None."""
         if "cfi" not in self._loaded:
             self._loaded.add("cfi")
@@ -116,7 +134,7 @@ class Module:
 
     def row_at(self, pc: int) -> Row | None:
         for source in self.sources:
-            table = self.sframe if source == "sframe" else self.cfi
+            table: SFrameSection | CFITable | None = self.sframe if source == "sframe" else self.cfi
             if table is None:
                 continue
             try:

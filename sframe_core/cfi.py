@@ -1,0 +1,723 @@
+"""DWARF CFI (``.eh_frame``, ``.debug_frame``) as rows of the shared row model.
+
+SFrame does not cover everything a backtrace crosses: libc's hand-written
+assembly, the vdso and libraries built without ``--gsframe`` only carry DWARF
+CFI. This module turns that CFI into the same ``Row`` objects SFrame gives, so
+the unwinder has one step for both.
+
+Decoding is split the way pyelftools' ``callframe.py`` splits it: pyelftools
+turns bytes into CIE/FDE records holding raw ``CallFrameInstruction`` lists;
+``decode_instructions`` turns those into the typed operations below (with the
+alignment factors applied), and ``execute`` runs them into rows. We do not use
+``get_decoded()``: it cannot say "this rule does not fit the model", keeps no
+RA-signing state, and decodes every row of an FDE into dictionaries we would
+then translate again.
+
+Only the common DWARF expressions are understood (a register plus an offset,
+optionally loaded; the CFA plus an offset). Anything else makes that row's CFA
+``None`` or that register ``UNDEFINED``: the unwinder stops there rather than
+follow a wrong answer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import os
+import struct
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from io import BytesIO
+from typing import Any, NamedTuple
+
+from .abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
+from .errors import FileError, FormatError
+from .rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
+
+__all__ = [
+    "DefCfa", "DefCfaOffset", "DefCfaRegister", "DefCfaExpression", "Offset", "ValOffset",
+    "Register", "SameValue", "Undefined", "Restore", "RememberState", "RestoreState",
+    "Expression", "AdvanceLoc", "SetLoc", "NegateRaState", "Unsupported", "Op",
+    "CIEInfo", "decode_instructions", "execute", "cfa_from_expression", "rule_from_expression",
+    "arch_for_machine", "CFITable", "ROW_CACHE_SIZE",
+]
+
+# FDEs whose rows stay decoded; as for SFrame FREs, a backtrace revisits few
+# functions, and the bound keeps memory flat whatever the file holds.
+ROW_CACHE_SIZE = 512
+
+
+# -- The model's operations ------------------------------------------------
+#
+# Offsets are in bytes: the data alignment factor is already applied where
+# DWARF factors an operand, so tests and callers never see factored values.
+
+
+class DefCfa(NamedTuple):
+    reg: int
+    offset: int
+
+
+class DefCfaOffset(NamedTuple):
+    offset: int
+
+
+class DefCfaRegister(NamedTuple):
+    reg: int
+
+
+class DefCfaExpression(NamedTuple):
+    """DW_CFA_def_cfa_expression, already matched: None when it did not fit."""
+
+    cfa: CFARule | None
+
+
+class Offset(NamedTuple):
+    """The caller's ``reg`` is saved at CFA + offset."""
+
+    reg: int
+    offset: int
+
+
+class ValOffset(NamedTuple):
+    """The caller's ``reg`` is the value CFA + offset."""
+
+    reg: int
+    offset: int
+
+
+class Register(NamedTuple):
+    """The caller's ``reg`` lives in this frame's ``reg2``."""
+
+    reg: int
+    reg2: int
+
+
+class SameValue(NamedTuple):
+    reg: int
+
+
+class Undefined(NamedTuple):
+    reg: int
+
+
+class Restore(NamedTuple):
+    """Back to the rule the CIE's initial instructions gave (or to none)."""
+
+    reg: int
+
+
+class RememberState(NamedTuple):
+    pass
+
+
+class RestoreState(NamedTuple):
+    pass
+
+
+class Expression(NamedTuple):
+    """DW_CFA_expression / val_expression, already matched into a rule."""
+
+    reg: int
+    rule: Rule
+
+
+class AdvanceLoc(NamedTuple):
+    """Move the location by ``delta`` bytes (code alignment already applied)."""
+
+    delta: int
+
+
+class SetLoc(NamedTuple):
+    """Move the location to a file address."""
+
+    address: int
+
+
+class NegateRaState(NamedTuple):
+    """aarch64: the RA is PAC-signed from here on (or no longer, when toggled back)."""
+
+
+class Unsupported(NamedTuple):
+    """An instruction the model cannot follow: the CFA is unknown from here on."""
+
+    name: str
+
+
+Op = (DefCfa | DefCfaOffset | DefCfaRegister | DefCfaExpression | Offset | ValOffset | Register
+      | SameValue | Undefined | Restore | RememberState | RestoreState | Expression | AdvanceLoc
+      | SetLoc | NegateRaState | Unsupported)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CIEInfo:
+    """What an FDE's rows need from its CIE; buildable by hand for tests.
+
+    ``initial`` holds the CIE's initial instructions as operations; ``signal``
+    is the 'S' augmentation (the FDE describes a signal trampoline).
+    """
+
+    code_alignment: int
+    data_alignment: int
+    ra_column: int
+    initial: tuple[Op, ...] = ()
+    signal: bool = False
+
+
+# -- DWARF expressions -------------------------------------------------------
+
+_DW_OP_deref = 0x06
+_DW_OP_const1u, _DW_OP_const1s, _DW_OP_const2u, _DW_OP_const2s = 0x08, 0x09, 0x0A, 0x0B
+_DW_OP_const4u, _DW_OP_const4s, _DW_OP_const8u, _DW_OP_const8s = 0x0C, 0x0D, 0x0E, 0x0F
+_DW_OP_constu, _DW_OP_consts = 0x10, 0x11
+_DW_OP_minus, _DW_OP_plus, _DW_OP_plus_uconst = 0x1C, 0x22, 0x23
+_DW_OP_lit0, _DW_OP_lit31 = 0x30, 0x4F
+_DW_OP_breg0, _DW_OP_breg31 = 0x70, 0x8F
+_DW_OP_bregx = 0x92
+_DW_OP_nop = 0x96
+_DW_OP_call_frame_cfa = 0x9C
+
+_FIXED_CONSTS = {
+    _DW_OP_const1u: "B", _DW_OP_const1s: "b", _DW_OP_const2u: "H", _DW_OP_const2s: "h",
+    _DW_OP_const4u: "I", _DW_OP_const4s: "i", _DW_OP_const8u: "Q", _DW_OP_const8s: "q",
+}
+
+
+class _Expr(NamedTuple):
+    """A symbolic stack value: base + offset, loaded when ``deref``.
+
+    ``base`` is ``"cfa"``, ``"const"`` or a register number. Only values of
+    this shape are tracked, which is exactly what rows can express.
+    """
+
+    base: int | str
+    offset: int
+    deref: bool = False
+
+
+def _leb(data: bytes, pos: int, signed: bool) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data):
+            raise IndexError("LEB128 runs past the expression")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    if signed and byte & 0x40:
+        result -= 1 << shift
+    return result, pos
+
+
+def _evaluate(block: Iterable[int], initial: list[_Expr], big_endian: bool) -> _Expr | None:
+    """Run an expression on symbolic values; None for anything outside the model."""
+    data = bytes(block)
+    stack = list(initial)
+    pos = 0
+    endian = ">" if big_endian else "<"
+    try:
+        while pos < len(data):
+            op = data[pos]
+            pos += 1
+            if _DW_OP_breg0 <= op <= _DW_OP_breg31:
+                offset, pos = _leb(data, pos, True)
+                stack.append(_Expr(op - _DW_OP_breg0, offset))
+            elif op == _DW_OP_bregx:
+                reg, pos = _leb(data, pos, False)
+                offset, pos = _leb(data, pos, True)
+                stack.append(_Expr(reg, offset))
+            elif op == _DW_OP_call_frame_cfa:
+                stack.append(_Expr("cfa", 0))
+            elif _DW_OP_lit0 <= op <= _DW_OP_lit31:
+                stack.append(_Expr("const", op - _DW_OP_lit0))
+            elif op in (_DW_OP_constu, _DW_OP_consts):
+                value, pos = _leb(data, pos, op == _DW_OP_consts)
+                stack.append(_Expr("const", value))
+            elif op in _FIXED_CONSTS:
+                fmt = struct.Struct(endian + _FIXED_CONSTS[op])
+                (value,) = fmt.unpack_from(data, pos)
+                pos += fmt.size
+                stack.append(_Expr("const", value))
+            elif op == _DW_OP_plus_uconst:
+                value, pos = _leb(data, pos, False)
+                top = stack.pop()
+                if top.deref:
+                    return None
+                stack.append(top._replace(offset=top.offset + value))
+            elif op in (_DW_OP_plus, _DW_OP_minus):
+                # Only "value +/- constant" stays a base plus an offset.
+                right, left = stack.pop(), stack.pop()
+                if right.deref or left.deref:
+                    return None
+                if right.base == "const":
+                    delta = right.offset if op == _DW_OP_plus else -right.offset
+                    stack.append(left._replace(offset=left.offset + delta))
+                elif op == _DW_OP_plus and left.base == "const":
+                    stack.append(right._replace(offset=right.offset + left.offset))
+                else:
+                    return None
+            elif op == _DW_OP_deref:
+                top = stack.pop()
+                if top.deref or top.base == "const":
+                    return None
+                stack.append(top._replace(deref=True))
+            elif op == _DW_OP_nop:
+                continue
+            else:
+                return None
+    except (IndexError, struct.error):
+        return None
+    return stack[-1] if stack else None
+
+
+def cfa_from_expression(block: Iterable[int], big_endian: bool = False) -> CFARule | None:
+    """The CFA a DW_CFA_def_cfa_expression computes, if a ``CFARule`` can say it.
+
+    The forms that fit are ``DW_OP_breg<N> off`` and ``DW_OP_breg<N> off;
+    DW_OP_deref`` (signal trampolines: the CFA is loaded from the ucontext).
+    The amd64 PLT's ``rsp + 8 + ((rip & 15) >= 11 ? 8 : 0)`` does not fit.
+    """
+    value = _evaluate(block, [], big_endian)
+    if value is None or not isinstance(value.base, int):
+        return None
+    return CFARule(value.base, value.offset, value.deref)
+
+
+def rule_from_expression(block: Iterable[int], val: bool, big_endian: bool = False) -> Rule:
+    """The rule a DW_CFA_expression (``val`` False) or val_expression gives.
+
+    DWARF pushes the CFA before running either, so ``DW_OP_plus_uconst 8``
+    alone means CFA + 8. Unknown forms give ``UNDEFINED``, never a guess.
+    """
+    value = _evaluate(block, [_Expr("cfa", 0)], big_endian)
+    if value is None or value.base == "const":
+        return UNDEFINED
+    # An address rule (expression) loads once; a value rule (val_expression)
+    # loads only if the expression itself ended in DW_OP_deref.
+    load = value.deref if val else True
+    if not val and value.deref:
+        return UNDEFINED  # would be load(load(...)): not a row rule
+    if value.base == "cfa":
+        return Rule(RuleKind.AT_CFA if load else RuleKind.CFA_PLUS, value.offset)
+    assert isinstance(value.base, int)
+    return Rule(RuleKind.AT_REG if load else RuleKind.IN_REG, value.offset, value.base)
+
+
+# -- From pyelftools' raw instructions to operations -------------------------
+
+def decode_instructions(instructions: Iterable[Any], code_alignment: int, data_alignment: int,
+                        arch: Arch) -> list[Op]:
+    """Turn ``CallFrameInstruction(opcode, args)`` objects into operations.
+
+    Factors are applied here so that executing needs no CIE fields.
+    :raises FormatError: an opcode pyelftools parsed but this module does not know.
+    """
+    from elftools.dwarf.constants import DW_CFA
+
+    ops: list[Op] = []
+    for ins in instructions:
+        opcode, args = ins.opcode, ins.args
+        match opcode:
+            case DW_CFA.nop | DW_CFA.GNU_args_size:
+                continue
+            case DW_CFA.advance_loc | DW_CFA.advance_loc1 | DW_CFA.advance_loc2 \
+                    | DW_CFA.advance_loc4:
+                ops.append(AdvanceLoc(args[0] * code_alignment))
+            case DW_CFA.set_loc:
+                ops.append(SetLoc(args[0]))
+            case DW_CFA.def_cfa:
+                ops.append(DefCfa(args[0], args[1]))
+            case DW_CFA.def_cfa_sf:
+                ops.append(DefCfa(args[0], args[1] * data_alignment))
+            case DW_CFA.def_cfa_register:
+                ops.append(DefCfaRegister(args[0]))
+            case DW_CFA.def_cfa_offset:
+                ops.append(DefCfaOffset(args[0]))
+            case DW_CFA.def_cfa_offset_sf:
+                ops.append(DefCfaOffset(args[0] * data_alignment))
+            case DW_CFA.def_cfa_expression:
+                ops.append(DefCfaExpression(cfa_from_expression(args[0], arch.big_endian)))
+            case DW_CFA.offset | DW_CFA.offset_extended | DW_CFA.offset_extended_sf:
+                ops.append(Offset(args[0], args[1] * data_alignment))
+            case DW_CFA.val_offset | DW_CFA.val_offset_sf:
+                ops.append(ValOffset(args[0], args[1] * data_alignment))
+            case DW_CFA.register:
+                ops.append(Register(args[0], args[1]))
+            case DW_CFA.same_value:
+                ops.append(SameValue(args[0]))
+            case DW_CFA.undefined:
+                ops.append(Undefined(args[0]))
+            case DW_CFA.restore | DW_CFA.restore_extended:
+                ops.append(Restore(args[0]))
+            case DW_CFA.remember_state:
+                ops.append(RememberState())
+            case DW_CFA.restore_state:
+                ops.append(RestoreState())
+            case DW_CFA.expression:
+                ops.append(Expression(args[0], rule_from_expression(args[1], False,
+                                                                    arch.big_endian)))
+            case DW_CFA.val_expression:
+                ops.append(Expression(args[0], rule_from_expression(args[1], True,
+                                                                    arch.big_endian)))
+            case DW_CFA.AARCH64_negate_ra_state:
+                # The same opcode is SPARC's DW_CFA_GNU_window_save.
+                if arch.abi_id in (AARCH64_BE.abi_id, AARCH64_LE.abi_id):
+                    ops.append(NegateRaState())
+                else:
+                    ops.append(Unsupported("DW_CFA_GNU_window_save"))
+            case _:
+                raise FormatError(f"unknown CFI opcode {int(opcode):#04x}")
+    return ops
+
+
+# -- Executing operations into rows --------------------------------------------
+
+class _State(NamedTuple):
+    cfa: CFARule | None
+    rules: dict[int, Rule]
+    ra_signed: bool
+
+
+def _initial_rules(cie: CIEInfo) -> _State:
+    state = _State(None, {}, False)
+    for op in cie.initial:
+        if isinstance(op, AdvanceLoc | SetLoc | RememberState | RestoreState | Restore):
+            continue  # meaningless before the first row
+        state = _apply(op, state, None)
+    return state
+
+
+def _apply(op: Op, state: _State, initial: _State | None) -> _State:
+    """One rule-changing operation; location and state-stack ops are the caller's."""
+    cfa, rules, signed = state
+    match op:
+        case DefCfa(reg, offset):
+            cfa = CFARule(reg, offset)
+        case DefCfaOffset(offset):
+            # Only meaningful on a register CFA; on an expression CFA (or an
+            # unknown one) DWARF says nothing sensible.
+            cfa = cfa._replace(offset=offset) if cfa is not None and not cfa.deref else None
+        case DefCfaRegister(reg):
+            cfa = cfa._replace(reg=reg) if cfa is not None and not cfa.deref else None
+        case DefCfaExpression(rule):
+            cfa = rule
+        case Offset(reg, offset):
+            rules = {**rules, reg: Rule(RuleKind.AT_CFA, offset)}
+        case ValOffset(reg, offset):
+            rules = {**rules, reg: Rule(RuleKind.CFA_PLUS, offset)}
+        case Register(reg, reg2):
+            rules = {**rules, reg: Rule(RuleKind.IN_REG, 0, reg2)}
+        case SameValue(reg):
+            rules = {**rules, reg: SAME}
+        case Undefined(reg):
+            rules = {**rules, reg: UNDEFINED}
+        case Expression(reg, rule):
+            rules = {**rules, reg: rule}
+        case Restore(reg):
+            rules = dict(rules)
+            if initial is not None and reg in initial.rules:
+                rules[reg] = initial.rules[reg]
+            else:
+                rules.pop(reg, None)
+        case NegateRaState():
+            signed = not signed
+        case Unsupported():
+            cfa = None
+        case _:
+            raise AssertionError(f"not a rule operation: {op!r}")
+    return _State(cfa, rules, signed)
+
+
+def execute(cie: CIEInfo, ops: Sequence[Op], start: int, end: int, arch: Arch, *,
+            func_start: int | None = None, bias: int = 0,
+            source: str = "eh_frame") -> list[Row]:
+    """Run a CIE's initial instructions and an FDE's operations into rows.
+
+    ``start``/``end`` are the FDE's file addresses; rows come out at those plus
+    ``bias``. A rule takes effect at the location after the advance that
+    follows it, i.e. after the instruction it describes. Rules with no DWARF
+    rule follow gdb (``dwarf2_frame_default_init_reg`` and its treatment of
+    unspecified registers): the RA column and the FP are "same value",
+    everything else is left out of ``regs`` (unknown in the caller).
+
+    :raises FormatError: the location moves backwards, or RestoreState has
+        nothing to restore.
+    """
+    initial = _initial_rules(cie)
+    state = initial
+    stack: list[_State] = []
+    rows: list[Row] = []
+    loc = start
+
+    def emit(upto: int) -> None:
+        upto = min(upto, end)
+        if upto > loc:
+            rows.append(_row(state, loc + bias, upto + bias, start + bias if func_start is None
+                             else func_start, cie, arch, source))
+
+    for op in ops:
+        if isinstance(op, AdvanceLoc | SetLoc):
+            new = loc + op.delta if isinstance(op, AdvanceLoc) else op.address
+            if new < loc:
+                raise FormatError(f"CFI location moves backwards from {loc:#x} to {new:#x}")
+            emit(new)
+            loc = new
+        elif isinstance(op, RememberState):
+            stack.append(state)
+        elif isinstance(op, RestoreState):
+            if not stack:
+                raise FormatError(f"DW_CFA_restore_state at {loc:#x} with no remembered state")
+            state = stack.pop()
+        else:
+            state = _apply(op, state, initial)
+    emit(end)
+    return rows
+
+
+def _row(state: _State, start: int, end: int, func_start: int, cie: CIEInfo, arch: Arch,
+         source: str) -> Row:
+    ra = state.rules.get(cie.ra_column, SAME)
+    fp = state.rules.get(arch.fp, SAME)
+    regs = tuple(sorted((reg, rule) for reg, rule in state.rules.items()
+                        if reg not in (cie.ra_column, arch.fp)))
+    return Row(start, end, func_start, state.cfa, ra, fp, regs=regs, ra_signed=state.ra_signed,
+               outermost=ra.kind is RuleKind.UNDEFINED, signal=cie.signal, source=source)
+
+
+# -- Tables from ELF files -----------------------------------------------------
+
+def arch_for_machine(machine: str, big_endian: bool) -> Arch | None:
+    """The ABI of an ELF ``e_machine`` (pyelftools' name for it)."""
+    if machine == "EM_X86_64":
+        return AMD64
+    if machine == "EM_AARCH64":
+        return AARCH64_BE if big_endian else AARCH64_LE
+    if machine == "EM_S390":
+        return S390X
+    return None
+
+
+class _FDERef(NamedTuple):
+    start: int  # file address
+    end: int
+    source: str
+    entry: Any  # pyelftools FDE
+
+
+class _Index(NamedTuple):
+    starts: list[int]
+    fdes: list[_FDERef]
+
+
+def _pyelftools_errors() -> tuple[type[BaseException], ...]:
+    from elftools.common.exceptions import DWARFError, ELFError
+
+    # pyelftools asserts on encodings it does not handle and lets ValueError
+    # out of its opcode enum: all of them mean "this CFI is not readable".
+    return (ELFError, DWARFError, AssertionError, struct.error, ValueError, KeyError,
+            IndexError, TypeError)
+
+
+class CFITable:
+    """The DWARF CFI of one ELF file, loaded at ``bias``.
+
+    Nothing is read until the first lookup. Then ``.eh_frame`` and
+    ``.debug_frame`` are parsed once into pyelftools' entry lists (that parse
+    covers every entry and is the one whole-file cost: about a third of a
+    second for libc), and their FDE ranges are sorted once. Instructions are
+    executed only for the FDE that covers a looked-up PC, and its rows are
+    cached. ``.eh_frame`` wins when both sections cover a PC, as it is what
+    the running code's unwinder (libgcc) uses.
+
+    :param source: a path, or an open pyelftools ``ELFFile`` whose stream
+        stays open until the first lookup.
+    :param bias: load bias; every address in and out is a runtime address.
+    :raises FileError: (on first use) the file cannot be read or its machine
+        has no ABI here.
+    :raises FormatError: (on first use) the CFI is malformed.
+    """
+
+    def __init__(self, source: str | os.PathLike[str] | Any, bias: int = 0, *,
+                 name: str | None = None) -> None:
+        if isinstance(source, str | os.PathLike):
+            self._path: str | None = os.fspath(source)
+            self._elf: Any = None
+        else:
+            self._path = None
+            self._elf = source
+        self.name = name or self._path or getattr(getattr(source, "stream", None), "name",
+                                                  "<elf>")
+        self.bias = bias
+        self._arch: Arch | None = None
+        self._index: _Index | None = None
+        self._cies: dict[tuple[str, int], CIEInfo] = {}
+        self._rows: OrderedDict[tuple[str, int], list[Row]] = OrderedDict()
+
+    # -- loading -------------------------------------------------------------
+
+    @property
+    def arch(self) -> Arch:
+        self._load()
+        assert self._arch is not None
+        return self._arch
+
+    def _load(self) -> _Index:
+        if self._index is not None:
+            return self._index
+        if self._elf is not None:
+            self._index = self._read(self._elf)
+            self._elf = None  # the caller owns the stream; we no longer need it
+            return self._index
+        assert self._path is not None
+        from elftools.elf.elffile import ELFFile
+
+        try:
+            with open(self._path, "rb") as stream:
+                if stream.read(4) != b"\x7fELF":
+                    raise FileError(f"{self.name}: not an ELF file")
+                stream.seek(0)
+                self._index = self._read(ELFFile(stream))
+        except OSError as exc:
+            raise FileError(f"{self.name}: {exc.strerror or exc}") from None
+        return self._index
+
+    def _read(self, elf: Any) -> _Index:
+        errors = _pyelftools_errors()
+        try:
+            arch = arch_for_machine(elf["e_machine"], not elf.little_endian)
+            if arch is None:
+                raise FileError(f"{self.name}: no unwinding ABI for {elf['e_machine']}")
+            self._arch = arch
+            refs: list[_FDERef] = []
+            for section_name, source in ((".eh_frame", "eh_frame"),
+                                         (".debug_frame", "debug_frame")):
+                section = elf.get_section_by_name(section_name)
+                if section is None or section["sh_type"] == "SHT_NOBITS" \
+                        or section.data_size == 0:
+                    continue
+                try:
+                    refs.extend(self._read_section(elf, section, source))
+                except errors as exc:
+                    raise FormatError(f"{self.name}: {section_name}: {exc}") from None
+        except errors as exc:
+            raise FileError(f"{self.name}: malformed ELF file: {exc}") from None
+        # eh_frame first among equal starts, so the search below meets it first.
+        refs.sort(key=lambda ref: (ref.start, ref.source != "eh_frame"))
+        return _Index([ref.start for ref in refs], refs)
+
+    def _read_section(self, elf: Any, section: Any, source: str) -> list[_FDERef]:
+        """Parse one section's entries with pyelftools.
+
+        ``CallFrameInfo`` is built directly rather than through
+        ``ELFFile.get_dwarf_info()``, which would read every ``.debug_*``
+        section into memory (and follow ``.gnu_debuglink``) for nothing.
+        """
+        from elftools.dwarf.callframe import FDE, CallFrameInfo
+        from elftools.dwarf.structs import DWARFStructs
+
+        data = section.data()
+        if elf["e_type"] == "ET_REL":
+            # As for .sframe in elf.py: apply the PC-relative relocations so
+            # an FDE's start reads as the offset in its text section.
+            from .elf import _apply_relocations
+
+            raw = bytearray(data)
+            _apply_relocations(elf, section, raw)
+            data = bytes(raw)
+        structs = DWARFStructs(little_endian=elf.little_endian, dwarf_format=32,
+                               address_size=elf.elfclass // 8)
+        cfi = CallFrameInfo(BytesIO(data), len(data), section["sh_addr"], structs,
+                            for_eh_frame=source == "eh_frame")
+        refs = []
+        for entry in cfi.get_entries():
+            if not isinstance(entry, FDE):
+                continue
+            start = entry.header["initial_location"]
+            size = entry.header["address_range"]
+            if size > 0:
+                refs.append(_FDERef(start, start + size, source, entry))
+        return refs
+
+    # -- lookup --------------------------------------------------------------
+
+    def _find(self, pc: int) -> _FDERef | None:
+        index = self._load()
+        addr = pc - self.bias
+        pos = bisect.bisect_right(index.starts, addr) - 1
+        # Overlaps are rare (a .debug_frame FDE under an .eh_frame one, or the
+        # zero-address FDEs of discarded functions): look left a little, and
+        # prefer .eh_frame among the candidates.
+        found: _FDERef | None = None
+        for _ in range(8):
+            if pos < 0:
+                break
+            ref = index.fdes[pos]
+            if ref.start <= addr < ref.end:
+                if ref.source == "eh_frame":
+                    return ref
+                found = found or ref
+            pos -= 1
+        return found
+
+    def has_fde(self, pc: int) -> bool:
+        """Does an ``.eh_frame`` or ``.debug_frame`` FDE cover ``pc``?"""
+        return self._find(pc) is not None
+
+    def fde_rows(self, pc: int) -> list[Row]:
+        """Every row of the FDE covering ``pc`` (empty when none does)."""
+        ref = self._find(pc)
+        if ref is None:
+            return []
+        key = (ref.source, ref.entry.offset)
+        rows = self._rows.get(key)
+        if rows is None:
+            rows = self._decode(ref)
+            self._rows[key] = rows
+            if len(self._rows) > ROW_CACHE_SIZE:
+                self._rows.popitem(last=False)
+        else:
+            self._rows.move_to_end(key)
+        return rows
+
+    def row_at(self, pc: int) -> Row | None:
+        """The row for ``pc``, or None where no FDE (or no row of it) covers it.
+
+        :raises FormatError: the covering FDE's instructions are malformed.
+        """
+        rows = self.fde_rows(pc)
+        if not rows:
+            return None
+        pos = bisect.bisect_right([row.start for row in rows], pc) - 1
+        if pos >= 0 and rows[pos].start <= pc < rows[pos].end:
+            return rows[pos]
+        return None
+
+    def _cie(self, ref: _FDERef) -> CIEInfo:
+        cie = ref.entry.cie
+        key = (ref.source, cie.offset)
+        info = self._cies.get(key)
+        if info is None:
+            arch = self.arch
+            code = cie.header["code_alignment_factor"]
+            data = cie.header["data_alignment_factor"]
+            augmentation = cie.header.get("augmentation") or b""
+            info = CIEInfo(code, data, cie.header["return_address_register"],
+                           tuple(decode_instructions(cie.instructions, code, data, arch)),
+                           signal=b"S" in augmentation)
+            self._cies[key] = info
+        return info
+
+    def _decode(self, ref: _FDERef) -> list[Row]:
+        where = f"{self.name}: .{ref.source} FDE at offset {ref.entry.offset:#x}"
+        try:
+            cie = self._cie(ref)
+            ops = decode_instructions(ref.entry.instructions, cie.code_alignment,
+                                      cie.data_alignment, self.arch)
+            return execute(cie, ops, ref.start, ref.end, self.arch, bias=self.bias,
+                           source=ref.source)
+        except FormatError as exc:
+            raise FormatError(f"{where}: {exc}") from None
+        except _pyelftools_errors() as exc:
+            raise FormatError(f"{where}: {exc}") from None
