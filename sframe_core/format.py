@@ -19,7 +19,7 @@ __all__ = [
     "SFRAME_F_FDE_FUNC_START_PCREL", "HEADER_SIZE", "FDE_SIZE", "V3_ATTR_SIZE",
     "FRE_TYPE_ADDR1", "FRE_TYPE_ADDR2", "FRE_TYPE_ADDR4", "PC_TYPE_INC", "PC_TYPE_MASK",
     "FDE_TYPE_DEFAULT", "FDE_TYPE_FLEX", "MAX_DEFAULT_WORDS", "FLEX_WORD_COUNTS",
-    "Header", "FDE", "FRE", "parse_header", "decode_fde", "decode_fres", "fde_start_field",
+    "Header", "FDE", "FRE", "parse_header", "decode_fde", "decode_fres", "find_fre", "fde_start_field",
 ]
 
 SFRAME_MAGIC = 0xDEE2
@@ -65,25 +65,12 @@ class Header(NamedTuple):
     fdeoff: int
     freoff: int
 
-    @property
-    def hdr_end(self) -> int:
-        return HEADER_SIZE + self.auxhdr_len
-
-    @property
-    def fde_base(self) -> int:
-        return self.hdr_end + self.fdeoff
-
-    @property
-    def fre_base(self) -> int:
-        return self.hdr_end + self.freoff
-
-    @property
-    def fre_end(self) -> int:
-        return self.fre_base + self.fre_len
-
-    @property
-    def fde_size(self) -> int:
-        return FDE_SIZE[self.version]
+    # Derived offsets, computed once by parse_header (lookups read them often).
+    hdr_end: int = 0
+    fde_base: int = 0
+    fre_base: int = 0
+    fre_end: int = 0
+    fde_size: int = 0
 
     @property
     def size(self) -> int:
@@ -110,7 +97,7 @@ class FDE(NamedTuple):
     section address the section was opened with (file or runtime).
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose
     offset: int  # section offset of the FDE (v3: of the index entry)
     start: int
     size: int
@@ -215,9 +202,13 @@ def parse_header(data: bytes | memoryview) -> Header:
         big = True
     else:
         raise FormatError(f"bad magic 0x{magic_bytes.hex()} (expected 0xdee2 in either byte order)", 0)
-    hdr = Header(big, *_HEADER[big].unpack_from(data, 0)[1:])
-    if hdr.version not in _VALID_FLAGS:
-        raise FormatError(f"unknown SFrame version {hdr.version}", 2)
+    fields = _HEADER[big].unpack_from(data, 0)[1:]
+    version, auxhdr_len, fdeoff, freoff, fre_len = fields[0], fields[5], fields[9], fields[10], fields[8]
+    if version not in _VALID_FLAGS:
+        raise FormatError(f"unknown SFrame version {version}", 2)
+    hdr_end = HEADER_SIZE + auxhdr_len
+    hdr = Header._make((big, *fields, hdr_end, hdr_end + fdeoff, hdr_end + freoff,
+                        hdr_end + freoff + fre_len, FDE_SIZE[version]))
     if hdr.flags & ~_VALID_FLAGS[hdr.version]:
         raise FormatError(f"flags {hdr.flags:#x} not valid for SFrame version {hdr.version} "
                           f"(valid: {_VALID_FLAGS[hdr.version]:#x})", 3)
@@ -296,26 +287,33 @@ def decode_fde(data: bytes | memoryview, hdr: Header, index: int, sec_addr: int,
     return FDE(index, offset, start, size, fre_off, num_fres, info, info2, rep_size, first_fre)
 
 
-def decode_fres(data: bytes | memoryview, hdr: Header, fde: FDE) -> tuple[FRE, ...]:
-    """Decode the FREs of one FDE, checking each against the section bounds."""
-    big = hdr.big_endian
+def _walk_fres(data: bytes | memoryview, hdr: Header, fde: FDE, stop: int | None = None
+               ) -> list[tuple[int, int, int, int, int]]:
+    """(offset, start, info, word count, word size) of each FRE, checked.
+
+    With ``stop``, the walk ends at the first FRE starting after ``stop``
+    (included, so its start bounds the previous FRE's range). Words are not
+    unpacked: a lookup reads start fields up to its hit and decodes only
+    that FRE.
+    """
     addr_size = 1 << fde.fre_type
-    start_struct = _FRE_START[(big, fde.fre_type)]
+    unpack_start = _FRE_START[(hdr.big_endian, fde.fre_type)].unpack_from
     end = hdr.fre_end
     pos = fde.fres_offset
-    fres: list[FRE] = []
     previous = -1
     flex = hdr.version == 3 and fde.flex
+    limit = None if fde.is_pcmask else fde.size
+    walked = []
     for k in range(fde.num_fres):
         if pos + addr_size + 1 > end:
             raise FormatError(f"FDE {fde.index}: FRE {k} runs past the end of the FRE sub-section", pos)
-        start = start_struct.unpack_from(data, pos)[0]
+        start = data[pos] if addr_size == 1 else unpack_start(data, pos)[0]
         info = data[pos + addr_size]
         size_code = (info >> 5) & 3
+        count = (info >> 1) & 0xF
         if size_code == 3:
             raise FormatError(f"FDE {fde.index}: FRE {k} has invalid data-word size code 3",
                               pos + addr_size)
-        count = (info >> 1) & 0xF
         if flex:
             if count not in FLEX_WORD_COUNTS:
                 raise FormatError(f"FDE {fde.index}: FRE {k} has {count} data words, not valid in a "
@@ -324,17 +322,97 @@ def decode_fres(data: bytes | memoryview, hdr: Header, fde: FDE) -> tuple[FRE, .
             raise FormatError(f"FDE {fde.index}: FRE {k} has {count} data words (at most "
                               f"{MAX_DEFAULT_WORDS})", pos + addr_size)
         word_size = 1 << size_code
-        words_at = pos + addr_size + 1
-        if words_at + count * word_size > end:
+        following = pos + addr_size + 1 + count * word_size
+        if following > end:
             raise FormatError(f"FDE {fde.index}: FRE {k} runs past the end of the FRE sub-section", pos)
-        words = _WORDS[(big, word_size, count)].unpack_from(data, words_at) if count else ()
         if start < previous:
             raise FormatError(f"FDE {fde.index}: FRE {k} starts at {start:#x}, before the previous "
                               f"FRE ({previous:#x})", pos)
-        if not fde.is_pcmask and start > fde.size:
+        if limit is not None and start > limit:
             raise FormatError(f"FDE {fde.index}: FRE {k} starts at {start:#x}, past the function's "
                               f"size {fde.size:#x}", pos)
+        walked.append((pos, start, info, count, word_size))
+        if stop is not None and start > stop:
+            break
         previous = start
-        fres.append(FRE(pos, start, info, words, word_size))
-        pos = words_at + count * word_size
-    return tuple(fres)
+        pos = following
+    return walked
+
+
+def _fre(data: bytes | memoryview, hdr: Header, fde: FDE, pos: int, start: int, info: int,
+         count: int, word_size: int) -> FRE:
+    words_at = pos + (1 << fde.fre_type) + 1
+    words = _WORDS[(hdr.big_endian, word_size, count)].unpack_from(data, words_at) if count else ()
+    return FRE(pos, start, info, words, word_size)
+
+
+def decode_fres(data: bytes | memoryview, hdr: Header, fde: FDE) -> tuple[FRE, ...]:
+    """Decode the FREs of one FDE, checking each against the section bounds."""
+    return tuple(_fre(data, hdr, fde, *walked) for walked in _walk_fres(data, hdr, fde))
+
+
+def _fre_lengths(addr_size: int) -> tuple[int, ...]:
+    """FRE byte length for each info byte of a default FDE; -1 where invalid."""
+    lengths = []
+    for info in range(256):
+        size_code, count = (info >> 5) & 3, (info >> 1) & 0xF
+        valid = size_code != 3 and count <= MAX_DEFAULT_WORDS
+        lengths.append(addr_size + 1 + count * (1 << size_code) if valid else -1)
+    return tuple(lengths)
+
+
+_FRE_LENGTHS = {t: _fre_lengths(1 << t) for t in (FRE_TYPE_ADDR1, FRE_TYPE_ADDR2, FRE_TYPE_ADDR4)}
+
+
+def _checked_find_fre(data: bytes | memoryview, hdr: Header, fde: FDE, offset: int
+                      ) -> tuple[int, FRE, int | None] | None:
+    walked = _walk_fres(data, hdr, fde, offset)
+    following = None
+    if walked and walked[-1][1] > offset:
+        following = walked.pop()[1]
+    if not walked:
+        return None
+    return len(walked) - 1, _fre(data, hdr, fde, *walked[-1]), following
+
+
+def find_fre(data: bytes | memoryview, hdr: Header, fde: FDE, offset: int
+             ) -> tuple[int, FRE, int | None] | None:
+    """The last FRE starting at or before ``offset`` (from the function or
+    repeat-block start): (index, FRE, start of the next FRE or None), or None.
+
+    The hot path of every unwind step: a tight walk over start fields and
+    info bytes with the same checks as ``_walk_fres``, which takes over to
+    word the error as soon as anything looks wrong (and for flexible FDEs).
+    """
+    info = fde.info
+    if hdr.version == 3 and fde.info2 & 0x1F == FDE_TYPE_FLEX:
+        return _checked_find_fre(data, hdr, fde, offset)
+    fre_type = info & 0xF
+    lengths = _FRE_LENGTHS[fre_type]
+    addr_size = 1 << fre_type
+    unpack_start = _FRE_START[(hdr.big_endian, fre_type)].unpack_from
+    end = hdr.fre_end
+    # PC-mask FRE starts are offsets in a repeat block, not bounded by the size.
+    limit = 1 << 32 if info & 0x10 else fde.size
+    pos = fde.fres_offset
+    previous = -1
+    hit_k = hit_pos = -1
+    following = None
+    try:
+        for k in range(fde.num_fres):
+            start = data[pos] if addr_size == 1 else unpack_start(data, pos)[0]
+            length = lengths[data[pos + addr_size]]
+            if length < 0 or pos + length > end or start < previous or start > limit:
+                return _checked_find_fre(data, hdr, fde, offset)
+            if start > offset:
+                following = start
+                break
+            hit_k, hit_pos, previous = k, pos, start
+            pos += length
+    except (IndexError, struct.error):
+        return _checked_find_fre(data, hdr, fde, offset)
+    if hit_k < 0:
+        return None
+    fre_info = data[hit_pos + addr_size]
+    return hit_k, _fre(data, hdr, fde, hit_pos, previous, fre_info, (fre_info >> 1) & 0xF,
+                       1 << ((fre_info >> 5) & 3)), following

@@ -9,7 +9,6 @@ the same split as pyelftools' ``CFARule``/``RegisterRule`` table.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from .abi import Arch
@@ -48,8 +47,7 @@ class CFARule(NamedTuple):
     deref: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(NamedTuple):
     """Unwind rules for the PCs ``start <= pc < end``.
 
     Addresses are in the address space the table was opened with (file

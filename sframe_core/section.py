@@ -8,6 +8,8 @@ cache, because a backtrace revisits the same functions.
 
 from __future__ import annotations
 
+import struct
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -21,12 +23,18 @@ from .format import (
     decode_fde,
     decode_fres,
     fde_start_field,
+    find_fre,
     parse_header,
 )
 from .rows import FRERules, Row, fre_rules
 
 __all__ = ["SFrameSection", "Lookup"]
 
+# A sorted section is searched in place (O(log n) reads of start fields)
+# until it has answered this many lookups; then the starts are read into a
+# list once, which a backtrace or a debugging session amortises at once.
+TABLE_AFTER_LOOKUPS = 32
+RULES_CACHE_SIZE = 4096
 # Functions whose FREs stay decoded. A deep backtrace touches few distinct
 # functions; the bound keeps memory flat whatever the section holds.
 FRE_CACHE_SIZE = 512
@@ -65,6 +73,11 @@ class SFrameSection:
         assert arch is not None  # parse_header checked the ABI
         self.arch: Arch = arch
         self._order: list[int] | None = None  # sorted FDE indices, unsorted sections only
+        self._starts: list[int] | None = None  # sorted function starts, built lazily
+        self._searches = 0  # in-place searches so far (see _table)
+        # FRE meaning by (flex, info, words): real sections repeat a few
+        # dozen distinct rows (sp+8, sp+16, fp+16 c-16, ...) endlessly.
+        self._rules: dict[tuple[bool, int, tuple[int, ...], int], FRERules] = {}
         self._fres: OrderedDict[int, tuple[FRE, ...]] = OrderedDict()
 
     # -- FDEs ------------------------------------------------------------
@@ -89,34 +102,68 @@ class SFrameSection:
         pcrel = self.header.pcrel if self._pcrel is None else self._pcrel
         return self.address + value + (offset if pcrel else 0)
 
-    def _sorted_order(self) -> list[int] | None:
-        """None when the FDE array itself is in order; else a sorted index."""
-        if self.header.sorted:
-            return None
-        if self._order is None:
-            self._order = sorted(range(self.header.num_fdes), key=self._start)
-        return self._order
+    def _table(self) -> tuple[list[int], list[int] | None]:
+        """Sorted function starts (and, unsorted sections only, their FDE indices).
 
-    def find_fde(self, pc: int) -> FDE | None:
-        """The FDE whose ``[start, start + size)`` holds ``pc``, or None."""
-        order = self._sorted_order()
-        count = self.header.num_fdes
-        lo, hi = 0, count
-        # Upper-bound search: the first entry starting after pc.
+        Built in one C-speed pass over the start fields (``num_fdes`` was
+        checked against the section size, so the table is bounded by it);
+        lookups then bisect in C. A sorted section builds it only once it
+        has answered ``TABLE_AFTER_LOOKUPS`` lookups by searching in place,
+        so one question never pays for the whole FDE array.
+        """
+        if self._starts is None:
+            hdr = self.header
+            size = hdr.fde_size
+            field = 8 if hdr.version == 3 else 4
+            fmt = f"{hdr.endian}{'q' if field == 8 else 'i'}{size - field}x"
+            area = self.data[hdr.fde_base: hdr.fde_base + hdr.num_fdes * size]
+            pcrel = hdr.pcrel if self._pcrel is None else self._pcrel
+            base = self.address
+            if pcrel:
+                first = base + hdr.fde_base
+                starts = [first + i * size + v
+                          for i, (v,) in enumerate(struct.iter_unpack(fmt, area))]
+            else:
+                starts = [base + v for (v,) in struct.iter_unpack(fmt, area)]
+            order: list[int] | None = None
+            if not hdr.sorted:
+                order = sorted(range(len(starts)), key=starts.__getitem__)
+                starts = [starts[i] for i in order]
+            self._starts, self._order = starts, order
+        return self._starts, self._order
+
+    def _search_in_place(self, pc: int) -> int:
+        """Index of the last FDE starting at or before ``pc`` (sorted sections)."""
+        lo, hi = 0, self.header.num_fdes
+        start = self._start
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._start(order[mid] if order is not None else mid) <= pc:
+            if start(mid) <= pc:
                 lo = mid + 1
             else:
                 hi = mid
+        return lo - 1
+
+    def find_fde(self, pc: int) -> FDE | None:
+        """The FDE whose ``[start, start + size)`` holds ``pc``, or None."""
+        order: list[int] | None = None
+        if self._starts is None and self.header.sorted and self._searches < TABLE_AFTER_LOOKUPS:
+            self._searches += 1
+            pos = self._search_in_place(pc)
+            starts = None
+        else:
+            starts, order = self._table()
+            pos = bisect_right(starts, pc) - 1
         # Step left over zero-size or overlapping neighbours with the same start.
-        pos = lo - 1
         checked = 0
         while pos >= 0 and checked < 8:
             fde = self.get_fde(order[pos] if order is not None else pos)
             if fde.start <= pc < fde.end:
                 return fde
-            if pos == 0 or self._start(order[pos - 1] if order is not None else pos - 1) != fde.start:
+            if pos == 0:
+                return None
+            before = starts[pos - 1] if starts is not None else self._start(pos - 1)
+            if before != fde.start:
                 return None
             pos -= 1
             checked += 1
@@ -135,17 +182,8 @@ class SFrameSection:
             self._fres.move_to_end(fde.index)
         return fres
 
-    def fre_range(self, fde: FDE, k: int, fres: tuple[FRE, ...], pc: int) -> tuple[int, int]:
-        """The PCs ``[start, end)`` FRE ``k`` covers, in the repeat block holding ``pc``."""
-        if fde.is_pcmask:
-            block = pc - (pc - fde.start) % fde.rep_size if fde.rep_size else fde.start
-            end_off = fres[k + 1].start if k + 1 < len(fres) else fde.rep_size
-            return block + fres[k].start, min(block + end_off, fde.end)
-        end_off = fres[k + 1].start if k + 1 < len(fres) else fde.size
-        return fde.start + fres[k].start, fde.start + end_off
-
-    def find_fre(self, fde: FDE, pc: int) -> tuple[int, FRE] | None:
-        """(index, FRE) of the last FRE starting at or before ``pc``, or None."""
+    def _fre_offset(self, fde: FDE, pc: int) -> int | None:
+        """``pc`` as an offset from the function (or its repeat block) start."""
         if not fde.start <= pc < fde.end:
             return None
         offset = pc - fde.start
@@ -153,15 +191,18 @@ class SFrameSection:
             if fde.rep_size == 0:
                 return None
             offset %= fde.rep_size
-        fres = self.get_fres(fde)
-        found = None
-        for k, fre in enumerate(fres):
-            if fre.start > offset:
-                break
-            found = k
-        if found is None:
+        return offset
+
+    def find_fre(self, fde: FDE, pc: int) -> tuple[int, FRE] | None:
+        """(index, FRE) of the last FRE starting at or before ``pc``, or None.
+
+        Reads the start fields up to the hit and decodes only that FRE.
+        """
+        offset = self._fre_offset(fde, pc)
+        if offset is None:
             return None
-        return found, fres[found]
+        hit = find_fre(self.data, self.header, fde, offset)
+        return None if hit is None else (hit[0], hit[1])
 
     def lookup(self, pc: int) -> Lookup | None:
         """The FDE, FRE and row for ``pc``, or None where no FRE covers it.
@@ -171,15 +212,29 @@ class SFrameSection:
         fde = self.find_fde(pc)
         if fde is None:
             return None
-        hit = self.find_fre(fde, pc)
+        offset = self._fre_offset(fde, pc)
+        if offset is None:
+            return None
+        hit = find_fre(self.data, self.header, fde, offset)
         if hit is None:
             return None
-        k, fre = hit
-        rules = fre_rules(self.header, fde, fre, self.arch)
-        start, end = self.fre_range(fde, k, self.get_fres(fde), pc)
-        row = Row(start, end, fde.start, rules.cfa, rules.ra, rules.fp,
-                  ra_signed=fre.mangled_ra, outermost=rules.outermost,
-                  signal=self.header.version == 3 and fde.signal, source="sframe")
+        _k, fre, following = hit
+        key = (fde.flex, fre.info & 0x7F, fre.words, fre.word_size)
+        rules = self._rules.get(key)
+        if rules is None:
+            rules = fre_rules(self.header, fde, fre, self.arch)
+            if len(self._rules) >= RULES_CACHE_SIZE:
+                self._rules.clear()
+            self._rules[key] = rules
+        if fde.is_pcmask:
+            block = pc - offset
+            end = block + (following if following is not None else fde.rep_size)
+            start, end = block + fre.start, min(end, fde.end)
+        else:
+            start = fde.start + fre.start
+            end = fde.start + (following if following is not None else fde.size)
+        row = Row(start, end, fde.start, rules.cfa, rules.ra, rules.fp, (),
+                  fre.mangled_ra, rules.outermost, self.header.version == 3 and fde.signal, "sframe")
         return Lookup(fde, fre, rules, row)
 
     def row_at(self, pc: int) -> Row | None:
@@ -192,12 +247,30 @@ class SFrameSection:
         Costly (the whole section); for ``sframe dump`` and load-time checks
         that users ask for, never on the lookup path.
         """
+        hdr = self.header
         previous = None
+        total_fres = total_bytes = 0
         for fde in self.iter_fdes():
-            if self.header.sorted and previous is not None and fde.start < previous:
+            if hdr.sorted and previous is not None and fde.start < previous:
                 raise FormatError(f"FDE {fde.index} starts at {fde.start:#x}, before FDE "
                                   f"{fde.index - 1} ({previous:#x}), in a section flagged sorted",
                                   fde.offset)
             previous = fde.start
-            for fre in self.get_fres(fde):
-                fre_rules(self.header, fde, fre, self.arch)
+            if fde.is_pcmask and fde.rep_size == 0:
+                raise FormatError(f"FDE {fde.index}: PC-mask FDE with repetition size 0",
+                                  fde.offset)
+            fres = self.get_fres(fde)
+            for fre in fres:
+                fre_rules(hdr, fde, fre, self.arch)
+            total_fres += len(fres)
+            if fres:
+                last = fres[-1]
+                end = last.offset + (1 << fde.fre_type) + 1 + len(last.words) * last.word_size
+                total_bytes += end - fde.fres_offset
+            total_bytes += 5 if hdr.version == 3 else 0
+        # Section-wide counts (spec checklist item 4): GNU output is exact.
+        if total_fres != hdr.num_fres:
+            raise FormatError(f"header counts {hdr.num_fres} FREs, the FDEs hold {total_fres}", 0xC)
+        if total_bytes != hdr.fre_len:
+            raise FormatError(f"FRE sub-section is {hdr.fre_len} bytes, the FDEs' FREs take "
+                              f"{total_bytes}", 0x10)

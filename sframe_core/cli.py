@@ -1,0 +1,293 @@
+"""The ``sframe`` command: dump and query ``.sframe`` sections from the shell.
+
+Each subcommand is a ``run(args) -> int`` function registered with
+``@command(name, help, configure)``; ``main`` only builds the parser from
+the registry and turns every ``SFrameError`` (and OS error) into one line on
+stderr, ``sframe: FILE: what is wrong``, with exit status 1. Usage errors
+exit 2 (argparse). ``--traceback`` (hidden) lets developers see the stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from . import backtrace
+from .describe import describe_row
+from .dump import dump_json, dump_lines, fde_json, fre_columns, fre_json
+from .elf import read_elf
+from .errors import FileError, SFrameError
+from .section import Lookup, SFrameSection
+
+__all__ = ["main", "command", "COMMANDS", "CommandFailed", "parse_address", "open_input"]
+
+PROG = "sframe"
+
+
+class CommandFailed(Exception):
+    """A command's own failure, already worded for the user (exit status 1)."""
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+COMMANDS: list[Command] = []
+
+
+def command(name: str, help: str,
+            configure: Callable[[argparse.ArgumentParser], None]
+            ) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+    """Register ``run`` as subcommand ``name``; ``configure`` adds its arguments."""
+    def register(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        COMMANDS.append(Command(name, help, configure, run))
+        return run
+    return register
+
+
+def parse_address(text: str) -> int:
+    """``0x...`` hex or decimal, for argparse (a ValueError is a usage error)."""
+    value = int(text, 16) if text.lower().startswith("0x") else int(text, 10)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+parse_address.__name__ = "address"  # argparse names the type in its message
+
+
+# -- opening what the user named --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Input:
+    label: str  # what error messages name: the file or blob path
+    section: SFrameSection
+    text_offsets: bool  # relocatable object: addresses are text-section offsets
+
+
+def _add_input_args(parser: argparse.ArgumentParser, *, file_required: bool) -> None:
+    parser.add_argument("file", nargs=None if file_required else "?", metavar="FILE",
+                        help="ELF file with a .sframe section")
+    parser.add_argument("--raw", metavar="BLOB",
+                        help="read raw .sframe section bytes from BLOB instead of an ELF file")
+    parser.add_argument("--address", type=parse_address, default=None, metavar="ADDR",
+                        help="section address for --raw (default 0), or a runtime address "
+                             "to rebase an ELF file's section to")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def open_input(args: argparse.Namespace) -> Input:
+    """The section named by ``FILE`` or ``--raw BLOB``.
+
+    :raises SFrameError: with the file name in the message.
+    """
+    if args.raw is not None:
+        label = args.raw
+        try:
+            with open(args.raw, "rb") as stream:
+                data = stream.read()
+        except OSError as exc:
+            raise FileError(f"{label}: {exc.strerror or exc}") from None
+        try:
+            section = SFrameSection(data, args.address or 0, name=label)
+        except SFrameError as exc:
+            raise type(exc)(f"{label}: {exc}") from None
+        return Input(label, section, False)
+    info = read_elf(args.file)
+    opened = info.open(args.address)
+    if opened is None:
+        raise FileError(f"{info.path}: no .sframe section")
+    return Input(info.path, opened, info.is_relocatable)
+
+
+def _with_label(label: str, exc: BaseException) -> str:
+    text = str(exc)
+    return text if text.startswith(f"{label}:") else f"{label}: {text}"
+
+
+# -- dump -------------------------------------------------------------------
+
+
+def _configure_dump(parser: argparse.ArgumentParser) -> None:
+    _add_input_args(parser, file_required=False)
+
+
+@command("dump", "print a .sframe section like `objdump --sframe`", _configure_dump)
+def run_dump(args: argparse.Namespace) -> int:
+    _need_one_input(args)
+    source = open_input(args)
+    out = sys.stdout
+    if args.json:
+        data = dump_json(source.section, text_offsets=source.text_offsets)
+        json.dump(data, out, indent=1)
+        out.write("\n")
+        errors = data["errors"]
+    else:
+        found: list[SFrameError] = []
+        for line in dump_lines(source.section, found, text_offsets=source.text_offsets):
+            out.write(line + "\n")
+        errors = [str(e) for e in found]
+    if errors:
+        out.flush()
+        raise CommandFailed(_with_label(source.label, errors[0]) +
+                            (f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""))
+    return 0
+
+
+def _need_one_input(args: argparse.Namespace) -> None:
+    if (args.file is None) == (args.raw is None):
+        raise UsageError("give either FILE or --raw BLOB")
+
+
+class UsageError(Exception):
+    """Arguments argparse alone cannot check (exit status 2)."""
+
+
+# -- lookup -----------------------------------------------------------------
+
+
+def _configure_lookup(parser: argparse.ArgumentParser) -> None:
+    _add_input_args(parser, file_required=False)
+    parser.add_argument("pc", type=parse_address, metavar="ADDR",
+                        help="address to look up (0x... or decimal)")
+
+
+def lookup_text(section: SFrameSection, hit: Lookup, *, pc: int) -> list[str]:
+    """The three lines of ``sframe lookup``: FDE, FRE row, description."""
+    fde, fre, rules, row = hit
+    attrs = [f"PC type {'mask' if fde.is_pcmask else 'inc'}"]
+    if fde.is_pcmask:
+        attrs.append(f"rep size {fde.rep_size}")
+    attrs.append(f"FRE type addr{1 << fde.fre_type}")
+    if section.version == 3 and fde.flex:
+        attrs.append("flex")
+    if section.version == 3 and fde.signal:
+        attrs.append("signal")
+    if section.arch.name.startswith("aarch64") and (fde.pauth_key or fre.mangled_ra):
+        attrs.append(f"pauth key {'B' if fde.pauth_key else 'A'}")
+    columns = fre_columns(section.header, fde, fre, rules, section.arch)
+    shown = "RA undefined" if columns is None else \
+        f"{columns[0]} {columns[1]} {columns[2].rstrip()}"
+    k = next(i for i, f in enumerate(section.get_fres(fde)) if f.offset == fre.offset)
+    words = ", ".join(str(w) for w in fre.words)
+    return [
+        f"pc 0x{pc:x}",
+        f"FDE [{fde.index}]: 0x{fde.start:x}-0x{fde.end:x} ({fde.size} bytes), "
+        + ", ".join(attrs),
+        f"FRE [{k}]: 0x{row.start:x}-0x{row.end:x}, info 0x{fre.info:02x}, words [{words}]"
+        f" ({shown})",
+        describe_row(row, section.arch, pauth_key=fde.pauth_key if fre.mangled_ra else None),
+    ]
+
+
+@command("lookup", "show the SFrame row that applies at an address", _configure_lookup)
+def run_lookup(args: argparse.Namespace) -> int:
+    _need_one_input(args)
+    source = open_input(args)
+    section = source.section
+    try:
+        hit = section.lookup(args.pc)
+    except SFrameError as exc:
+        raise CommandFailed(_with_label(source.label, exc)) from None
+    if hit is None:
+        fde = section.find_fde(args.pc)
+        if fde is None:
+            raise CommandFailed(f"{source.label}: address 0x{args.pc:x} is not covered by any FDE")
+        raise CommandFailed(f"{source.label}: address 0x{args.pc:x} is in FDE [{fde.index}] "
+                            "but before its first FRE")
+    if args.json:
+        fres = section.get_fres(hit.fde)
+        k = next(i for i, f in enumerate(fres) if f.offset == hit.fre.offset)
+        data: dict[str, Any] = {
+            "pc": args.pc,
+            "fde": fde_json(section, hit.fde),
+            "fre": fre_json(section, hit.fde, k, hit.fre, hit.rules),
+            "row": {"start": hit.row.start, "end": hit.row.end},
+            "description": describe_row(hit.row, section.arch,
+                                        pauth_key=hit.fde.pauth_key if hit.fre.mangled_ra
+                                        else None),
+        }
+        json.dump(data, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        for line in lookup_text(section, hit, pc=args.pc):
+            sys.stdout.write(line + "\n")
+    return 0
+
+
+# -- backtrace (sframe_core/backtrace.py) ------------------------------------
+
+command("backtrace", "unwind every thread of a core file or a live process",
+        backtrace.configure)(backtrace.run)
+
+
+# -- main -------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Inspect SFrame (.sframe) sections.")
+    parser.add_argument("--traceback", action="store_true", help=argparse.SUPPRESS)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for cmd in COMMANDS:
+        sub = subparsers.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        sub.add_argument("--traceback", action="store_true", help=argparse.SUPPRESS,
+                         default=argparse.SUPPRESS)
+        cmd.configure(sub)
+        sub.set_defaults(run=cmd.run)
+    return parser
+
+
+def _error(stream: TextIO, text: str) -> None:
+    stream.write(f"{PROG}: {text}\n")
+    stream.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        try:
+            status = int(args.run(args))
+            sys.stdout.flush()
+            return status
+        except UsageError as exc:
+            parser.error(str(exc))  # exits 2
+        except BrokenPipeError:
+            raise
+        except (SFrameError, CommandFailed) as exc:
+            if args.traceback:
+                raise
+            _error(sys.stderr, str(exc))
+            return 1
+        except OSError as exc:
+            if args.traceback:
+                raise
+            _error(sys.stderr, f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+            return 1
+        except Exception as exc:  # a bug: still one line, unless asked for more
+            if args.traceback:
+                raise
+            _error(sys.stderr, f"internal error: {type(exc).__name__}: {exc} "
+                               "(rerun with --traceback)")
+            return 1
+    except BrokenPipeError:
+        # The reader went away (``sframe dump x | head``): nothing more to say.
+        # Point stdout at /dev/null so the interpreter's final flush is silent.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Plain words for one unwind row: what ``sframe lookup`` and ``info sframe`` print.
+
+A pure function of a ``Row`` and an ``Arch`` so that rows from ``.eh_frame``
+read the same as rows from ``.sframe``; register names are the ABI's (``rsp``,
+``x30``, ``r15``), not objdump's ``sp``/``fp`` shorthand, because the reader
+is debugging a program, not the section.
+"""
+
+from __future__ import annotations
+
+from .abi import Arch
+from .rows import CFARule, Row, Rule, RuleKind
+
+__all__ = ["describe_row", "describe_cfa", "describe_rule"]
+
+
+def _plus(base: str, offset: int) -> str:
+    if offset == 0:
+        return base
+    return f"{base} {'-' if offset < 0 else '+'} {abs(offset)}"
+
+
+def describe_cfa(cfa: CFARule | None, arch: Arch) -> str:
+    if cfa is None:
+        return "CFA unknown"
+    expr = _plus(arch.reg_name(cfa.reg), cfa.offset)
+    return f"CFA = *({expr})" if cfa.deref else f"CFA = {expr}"
+
+
+def describe_rule(name: str, rule: Rule, arch: Arch, *, is_ra: bool = False) -> str:
+    """``RA at CFA - 8``, ``FP not saved``, ``RA in x30 (not saved)``, ``RA in rbx``."""
+    kind = rule.kind
+    if kind is RuleKind.SAME_VALUE:
+        if is_ra and arch.ra_reg is not None:
+            return f"{name} in {arch.reg_name(arch.ra_reg)} (not saved)"
+        return f"{name} not saved"
+    if kind is RuleKind.UNDEFINED:
+        return f"{name} undefined"
+    if kind is RuleKind.AT_CFA:
+        return f"{name} at {_plus('CFA', rule.offset)}"
+    if kind is RuleKind.CFA_PLUS:
+        return f"{name} = {_plus('CFA', rule.offset)}"
+    reg = arch.reg_name(rule.reg) if rule.reg is not None else "?"
+    if kind is RuleKind.IN_REG:
+        return f"{name} in {reg}" if rule.offset == 0 else f"{name} = {_plus(reg, rule.offset)}"
+    return f"{name} at {_plus(reg, rule.offset)}"  # AT_REG
+
+
+def describe_row(row: Row, arch: Arch, *, pauth_key: int | None = None) -> str:
+    """One line, e.g. ``CFA = rbp + 16; RA at CFA - 8; FP at CFA - 16``.
+
+    ``pauth_key`` (0 = A, 1 = B) names the key of a PAC-signed RA; rows from
+    DWARF do not know it, so it is optional.
+    """
+    if row.outermost:
+        return "RA undefined (outermost frame)"
+    parts = [describe_cfa(row.cfa, arch)]
+    ra = describe_rule("RA", row.ra, arch, is_ra=True)
+    if row.ra_signed:
+        key = "" if pauth_key is None else f", key {'B' if pauth_key else 'A'}"
+        ra += f" (PAC-signed{key})"
+    parts.append(ra)
+    parts.append(describe_rule("FP", row.fp, arch))
+    for regno, rule in row.regs:
+        parts.append(describe_rule(arch.reg_name(regno), rule, arch))
+    if arch.sp_val_offset:
+        parts.append(f"caller SP = {_plus('CFA', arch.sp_val_offset)}")
+    if row.signal:
+        parts.append("signal frame")
+    return "; ".join(parts)
