@@ -6,7 +6,7 @@ into a one-line message; nothing else may escape a decoder or the unwinder.
 
 from __future__ import annotations
 
-__all__ = ["SFrameError", "FormatError", "FileError"]
+__all__ = ["SFrameError", "FormatError", "FileError", "ProcessError"]
 
 
 class SFrameError(Exception):
@@ -29,3 +29,7 @@ class FormatError(SFrameError):
 
 class FileError(SFrameError):
     """A file cannot be used: missing, unreadable, not ELF, or without SFrame."""
+
+
+class ProcessError(SFrameError):
+    """A live process cannot be examined: gone, not ours to trace, or already traced."""

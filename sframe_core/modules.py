@@ -12,7 +12,6 @@ import bisect
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 from .errors import SFrameError

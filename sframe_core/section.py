@@ -35,6 +35,7 @@ __all__ = ["SFrameSection", "Lookup"]
 # list once, which a backtrace or a debugging session amortises at once.
 TABLE_AFTER_LOOKUPS = 32
 RULES_CACHE_SIZE = 4096
+ROW_CACHE_SIZE = 4096
 # Functions whose FREs stay decoded. A deep backtrace touches few distinct
 # functions; the bound keeps memory flat whatever the section holds.
 FRE_CACHE_SIZE = 512
@@ -78,6 +79,7 @@ class SFrameSection:
         # FRE meaning by (flex, info, words): real sections repeat a few
         # dozen distinct rows (sp+8, sp+16, fp+16 c-16, ...) endlessly.
         self._rules: dict[tuple[bool, int, tuple[int, ...], int], FRERules] = {}
+        self._rows: dict[int, Row | None] = {}
         self._fres: OrderedDict[int, tuple[FRE, ...]] = OrderedDict()
 
     # -- FDEs ------------------------------------------------------------
@@ -238,8 +240,17 @@ class SFrameSection:
         return Lookup(fde, fre, rules, row)
 
     def row_at(self, pc: int) -> Row | None:
+        """The row at ``pc``; rows are kept by PC, as a recursion asks again and again."""
+        try:
+            return self._rows[pc]
+        except KeyError:
+            pass
         hit = self.lookup(pc)
-        return hit.row if hit else None
+        row = hit.row if hit else None
+        if len(self._rows) >= ROW_CACHE_SIZE:
+            self._rows.clear()
+        self._rows[pc] = row
+        return row
 
     def validate(self) -> None:
         """Decode every FDE and FRE: raises FormatError at the first bad one.

@@ -1,0 +1,259 @@
+"""Whole-process backtraces: walk every thread, name the frames, print them.
+
+Shared by ``sframe backtrace`` (cores and live processes) and the LLDB
+``sframe bt`` command: a *target* is anything with an ``arch``, ``threads``,
+``mappings``, ``memory`` and ``pac_mask`` (``corefile.CoreFile``,
+``ptrace.Process``). Walking is ``unwind.walk``; this module only adds names
+and words, so the step function stays the one place with unwinding rules.
+
+Text format (documented in docs/backtrace.md), one block per thread::
+
+    Thread 1 (LWP 1234):
+    #0  0x00005555555552a0 in stop_here+0 (/path/deep)
+    #1  0x000055555555531e in f4+30 (/path/deep)
+    ...
+    Backtrace stopped: outermost frame (return address undefined)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TextIO
+
+from .abi import Arch
+from .errors import SFrameError
+from .modules import SOURCES, Mapping, Module, ModuleTable
+from .symbols import Symbolizer
+from .unwind import DEFAULT_PAC_MASK, MAX_FRAMES, Frame, Memory, Stop, StopReason, walk
+
+__all__ = [
+    "Target", "FrameLine", "ThreadTrace", "trace_thread", "trace_target", "text_lines",
+    "to_json", "describe_stop", "configure", "run", "parse_sources",
+]
+
+
+class _Thread(Protocol):
+    @property
+    def lwp(self) -> int: ...
+    @property
+    def pc(self) -> int: ...
+    @property
+    def regs(self) -> dict[int, int]: ...
+
+
+class Target(Protocol):
+    """A stopped process: a core file or a ptrace-attached process."""
+
+    @property
+    def arch(self) -> Arch: ...
+    @property
+    def threads(self) -> Sequence[_Thread]: ...
+    @property
+    def mappings(self) -> Sequence[Mapping]: ...
+    @property
+    def memory(self) -> Memory: ...
+    @property
+    def pac_mask(self) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FrameLine:
+    """One printed frame. ``source`` is the kind of row that unwound *from* it."""
+
+    index: int
+    pc: int
+    cfa: int | None
+    function: str | None
+    offset: int | None
+    module: str | None
+    source: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadTrace:
+    lwp: int
+    frames: tuple[FrameLine, ...]
+    stop: Stop
+
+
+def _explain(stop: Stop, last: Frame, modules: ModuleTable, arch: Arch) -> Stop:
+    """Say more about a stop where the walk alone cannot.
+
+    No unwind information with a frame pointer of 0 is how glibc and libgcc
+    recognise ``_start`` (it clears rbp/x29): call that the outermost frame.
+    Otherwise name the module, or say the PC is in none.
+    """
+    if stop.reason is not StopReason.NO_INFO:
+        return stop
+    if last.regs.get(arch.fp) == 0:
+        return Stop(StopReason.OUTERMOST,
+                    f"no unwind information at pc {last.pc:#x} and the frame pointer is 0,"
+                    " as at _start")
+    module = modules.module_for(last.lookup_pc)
+    if module is None:
+        return Stop(StopReason.NO_INFO, f"pc {last.pc:#x} is in no mapped ELF file")
+    if module.error is not None:
+        return Stop(StopReason.NO_INFO, f"pc {last.pc:#x} in {module.name}: {module.error}")
+    return Stop(StopReason.NO_INFO, f"pc {last.pc:#x} in {module.name}")
+
+
+def _line(index: int, frame: Frame, modules: ModuleTable, symbols: Symbolizer) -> FrameLine:
+    module: Module | None = modules.module_for(frame.lookup_pc)
+    function = offset = None
+    if module is not None:
+        # Name callers by pc - 1, as gdb does: a call to a noreturn function
+        # can be its caller's last instruction, so the RA is already past it.
+        hit = symbols.lookup(module.path, module.bias, frame.lookup_pc)
+        if hit is not None:
+            function, offset = hit[0], hit[1] + (frame.pc - frame.lookup_pc)
+    return FrameLine(index, frame.pc, frame.cfa, function, offset,
+                     module.name if module else None, frame.row.source if frame.row else None)
+
+
+def trace_thread(thread: _Thread, modules: ModuleTable, memory: Memory, arch: Arch,
+                 symbols: Symbolizer, *, max_frames: int = MAX_FRAMES,
+                 pac_mask: int | None = None) -> ThreadTrace:
+    """Unwind one thread from its registers to the end, naming each frame."""
+    lines: list[FrameLine] = []
+    last: Frame | None = None
+    stop = Stop(StopReason.ERROR, "the walk ended without a reason")
+    start = Frame(thread.pc, dict(thread.regs), interrupted=True)
+    for item in walk(start, modules, memory, arch, max_frames=max_frames,
+                     pac_mask=DEFAULT_PAC_MASK if pac_mask is None else pac_mask):
+        if isinstance(item, Stop):
+            stop = item
+        else:
+            last = item
+            lines.append(_line(len(lines), item, modules, symbols))
+    if last is not None:
+        stop = _explain(stop, last, modules, arch)
+    return ThreadTrace(thread.lwp, tuple(lines), stop)
+
+
+def trace_target(target: Target, *, sources: Sequence[str] = SOURCES, sysroot: str | None = None,
+                 max_frames: int = MAX_FRAMES, warnings: list[str] | None = None,
+                 ) -> list[ThreadTrace]:
+    """Every thread's backtrace, in the target's thread order."""
+    def on_error(module: Module, exc: SFrameError) -> None:
+        if warnings is not None:
+            warnings.append(str(exc) if module.name in str(exc) else f"{module.name}: {exc}")
+
+    modules = ModuleTable.from_mappings(target.mappings, sysroot=sysroot, sources=sources,
+                                        on_error=on_error)
+    symbols = Symbolizer()
+    return [trace_thread(t, modules, target.memory, target.arch, symbols,
+                         max_frames=max_frames, pac_mask=target.pac_mask)
+            for t in target.threads]
+
+
+# -- output -----------------------------------------------------------------
+
+
+def _where(frame: FrameLine) -> str:
+    if frame.function is None:
+        name = "??"
+    else:
+        name = f"{frame.function}+{frame.offset}"
+    return f"{name} ({frame.module})" if frame.module else name
+
+
+def describe_stop(stop: Stop) -> str:
+    """The words after ``Backtrace stopped:``."""
+    if stop.reason is StopReason.OUTERMOST and stop.detail:
+        return f"outermost frame ({stop.detail})"
+    return str(stop)
+
+
+def text_lines(traces: Iterable[ThreadTrace]) -> Iterator[str]:
+    """gdb's ``thread apply all bt`` look, with ``func+OFF`` and the stop reason."""
+    for number, trace in enumerate(traces, 1):
+        if number > 1:
+            yield ""
+        yield f"Thread {number} (LWP {trace.lwp}):"
+        for frame in trace.frames:
+            yield f"#{frame.index:<2} 0x{frame.pc:016x} in {_where(frame)}"
+        yield f"Backtrace stopped: {describe_stop(trace.stop)}"
+
+
+def to_json(traces: Iterable[ThreadTrace], warnings: Sequence[str] = ()) -> dict[str, Any]:
+    return {
+        "threads": [{
+            "number": number,
+            "lwp": trace.lwp,
+            "frames": [{
+                "index": f.index, "pc": f.pc, "cfa": f.cfa, "function": f.function,
+                "offset": f.offset, "module": f.module, "source": f.source,
+            } for f in trace.frames],
+            "stop": {"reason": trace.stop.reason.name.lower(),
+                     "message": describe_stop(trace.stop), "detail": trace.stop.detail},
+        } for number, trace in enumerate(traces, 1)],
+        "warnings": list(warnings),
+    }
+
+
+# -- the ``sframe backtrace`` subcommand ------------------------------------------
+
+
+def parse_sources(text: str) -> tuple[str, ...]:
+    """``sframe,eh_frame`` -> the row sources, in the order they are tried."""
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names or any(name not in SOURCES for name in names):
+        raise ValueError(text)
+    return names
+
+
+parse_sources.__name__ = "source list"  # argparse names the type in its message
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--core", metavar="CORE", help="ELF core file to unwind")
+    what.add_argument("--pid", type=int, metavar="PID",
+                      help="live process to attach to with ptrace (stopped while unwinding)")
+    parser.add_argument("--exe", metavar="EXE",
+                        help="the executable, where the core's file list lacks it or names "
+                             "another path")
+    parser.add_argument("--sysroot", metavar="DIR",
+                        help="prefix for the absolute paths of mapped files")
+    parser.add_argument("--source", type=parse_sources, default=SOURCES, metavar="LIST",
+                        help="row sources to try, in order (default: sframe,eh_frame)")
+    parser.add_argument("--max-frames", type=int, default=MAX_FRAMES, metavar="N",
+                        help=f"stop after N frames per thread (default {MAX_FRAMES})")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _emit(traces: list[ThreadTrace], warnings: list[str], as_json: bool, out: TextIO) -> None:
+    if as_json:
+        json.dump(to_json(traces, warnings), out, indent=1)
+        out.write("\n")
+        return
+    for line in text_lines(traces):
+        out.write(line + "\n")
+    out.flush()
+    for text in warnings:
+        sys.stderr.write(f"sframe: warning: {text}\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``sframe backtrace``; errors are SFrameError, printed by the CLI as one line."""
+    warnings: list[str] = []
+    if args.core is not None:
+        from .corefile import open_core
+
+        with open_core(args.core, exe=args.exe, sysroot=args.sysroot) as core:
+            traces = trace_target(core, sources=args.source, sysroot=args.sysroot,
+                                  max_frames=args.max_frames, warnings=warnings)
+    else:
+        from .ptrace import attach
+
+        # The process is stopped only while it is walked: output comes after
+        # detaching, so a slow terminal never keeps it stopped.
+        with attach(args.pid) as process:
+            traces = trace_target(process, sources=args.source, sysroot=args.sysroot,
+                                  max_frames=args.max_frames, warnings=warnings)
+    _emit(traces, warnings, args.json, sys.stdout)
+    return 0

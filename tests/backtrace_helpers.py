@@ -1,0 +1,107 @@
+"""Helpers for the core-file, live-process and bench backtraces: gdb as the oracle.
+
+gdb makes the cores (``gcore`` at a breakpoint or at a fatal signal) and
+unwinds the twin that still has ``.eh_frame``; a gdb Python snippet prints
+every thread's frame PCs, which is sturdier than parsing ``bt`` text. gdb's
+inline and tail-call frames (made from libc's debug info, not found on the
+stack) are left out: an unwinder only sees real frames.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+X86 = ROOT / "tests" / "fixtures" / "x86_64"
+PRODUCERS = ("bu2.40-v1", "bu2.44-v2", "bu2.44-v2pcrel", "busid-v3")
+
+GDB_PCS = r"""
+import gdb
+for t in sorted(gdb.selected_inferior().threads(), key=lambda t: t.num):
+    t.switch()
+    f = gdb.newest_frame()
+    pcs = []
+    while f is not None and len(pcs) < 100000:
+        # Inline and tail-call frames come from debug info, not from the stack.
+        if f.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
+            pcs.append(f.pc())
+        f = f.older()
+    print("PCS %d %s" % (t.ptid[1], " ".join("%#x" % p for p in pcs)))
+"""
+
+
+def gdb_path() -> str:
+    found = shutil.which("gdb")
+    if found is None:
+        raise AssertionError("gdb is not installed (scripts/setup.sh installs it)")
+    return found
+
+
+def _script(tmp: Path) -> Path:
+    path = tmp / "pcs.py"
+    path.write_text(GDB_PCS)
+    return path
+
+
+GDB_SETUP = ["-nx", "-batch", "-ex", "set backtrace past-main on",
+             "-ex", "set backtrace past-entry on", "-ex", "set pagination off",
+             "-ex", "set confirm off"]
+
+
+def gdb_run(program: Path | str, args: list[str], tmp: Path, *, core: Path | None = None,
+            breakpoint: str | None = "stop_here", pcs: bool = True,
+            timeout: float = 120) -> dict[int, list[int]]:
+    """Run ``program`` under gdb to ``breakpoint`` (or a fatal signal); gcore; PCs per LWP."""
+    cmd = [gdb_path(), *GDB_SETUP]
+    if breakpoint:
+        cmd += ["-ex", f"break {breakpoint}"]
+    cmd += ["-ex", "run"]
+    if core is not None:
+        cmd += ["-ex", f"gcore {core}"]
+    if pcs:
+        cmd += ["-x", str(_script(tmp))]
+    cmd += ["-ex", "kill", "--args", str(program), *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                         stdin=subprocess.DEVNULL)
+    if core is not None and not core.exists():
+        raise AssertionError(f"gdb made no core:\n{out.stdout}\n{out.stderr}")
+    return parse_pcs(out.stdout) if pcs else {}
+
+
+def gdb_attach_pcs(pid: int, tmp: Path) -> dict[int, list[int]]:
+    cmd = [gdb_path(), *GDB_SETUP, "-p", str(pid), "-x", str(_script(tmp)), "-ex", "detach"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False,
+                         stdin=subprocess.DEVNULL)
+    return parse_pcs(out.stdout)
+
+
+def parse_pcs(text: str) -> dict[int, list[int]]:
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("PCS "):
+            parts = line.split()
+            found[int(parts[1])] = [int(p, 16) for p in parts[2:]]
+    return found
+
+
+def sframe(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([sys.executable, "-m", "sframe_core", *args], capture_output=True,
+                         text=True, timeout=600, check=False, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if check and out.returncode != 0:
+        raise AssertionError(f"sframe {' '.join(args)} failed ({out.returncode}):\n{out.stderr}")
+    return out
+
+
+def sframe_json(*args: str) -> dict:  # type: ignore[type-arg]
+    data: dict = json.loads(sframe(*args, "--json").stdout)  # type: ignore[type-arg]
+    return data
+
+
+def our_pcs(data: dict) -> dict[int, list[int]]:  # type: ignore[type-arg]
+    return {t["lwp"]: [f["pc"] for f in t["frames"]] for t in data["threads"]}
