@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from . import backtrace
-from .describe import describe_row
+from .describe import describe_cfa, describe_row
 from .dump import dump_json, dump_lines, fde_json, fre_columns, fre_json
 from .elf import read_elf
 from .errors import FileError, SFrameError
@@ -180,6 +180,10 @@ def lookup_text(section: SFrameSection, hit: Lookup, *, pc: int) -> list[str]:
         f"{columns[0]} {columns[1]} {columns[2].rstrip()}"
     k = next(i for i, f in enumerate(section.get_fres(fde)) if f.offset == fre.offset)
     words = ", ".join(str(w) for w in fre.words)
+    notes = []
+    if row.cfa != rules.cfa:
+        notes.append(f"note: the section says {describe_cfa(rules.cfa, section.arch)}, a known "
+                     "producer bug corrected here (see sframe_core/errata.py)")
     return [
         f"pc 0x{pc:x}",
         f"FDE [{fde.index}]: 0x{fde.start:x}-0x{fde.end:x} ({fde.size} bytes), "
@@ -187,6 +191,7 @@ def lookup_text(section: SFrameSection, hit: Lookup, *, pc: int) -> list[str]:
         f"FRE [{k}]: 0x{row.start:x}-0x{row.end:x}, info 0x{fre.info:02x}, words [{words}]"
         f" ({shown})",
         describe_row(row, section.arch, pauth_key=fde.pauth_key if fre.mangled_ra else None),
+        *notes,
     ]
 
 
@@ -229,6 +234,27 @@ def run_lookup(args: argparse.Namespace) -> int:
 
 command("backtrace", "unwind every thread of a core file or a live process",
         backtrace.configure)(backtrace.run)
+
+
+# -- gdbinit (owned by the GDB adapter) ----------------------------------------
+
+
+def _configure_gdbinit(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+@command("gdbinit", "print the lines that load the SFrame unwinder from ~/.gdbinit",
+         _configure_gdbinit)
+def run_gdbinit(args: argparse.Namespace) -> int:
+    """``sframe_gdb.py`` sits beside the ``sframe_core`` package, in a checkout
+    and in site-packages alike."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    plugin = os.path.join(here, "sframe_gdb.py")
+    if not os.path.isfile(plugin):
+        raise CommandFailed(f"{plugin}: not found (is sframe-gdb installed with its gdb plugin?)")
+    sys.stdout.write("# SFrame unwinder for gdb (sframe-gdb)\n")
+    sys.stdout.write(f"source {plugin}\n")
+    return 0
 
 
 # -- main -------------------------------------------------------------------

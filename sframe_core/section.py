@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from .abi import Arch, arch_for_abi
+from .errata import correct_cfa
 from .errors import FormatError
 from .format import (
     FDE,
@@ -235,7 +236,7 @@ class SFrameSection:
         else:
             start = fde.start + fre.start
             end = fde.start + (following if following is not None else fde.size)
-        row = Row(start, end, fde.start, rules.cfa, rules.ra, rules.fp, (),
+        row = Row(start, end, fde.start, correct_cfa(self.arch, fde, rules.cfa), rules.ra, rules.fp, (),
                   fre.mangled_ra, rules.outermost, self.header.version == 3 and fde.signal, "sframe")
         return Lookup(fde, fre, rules, row)
 
