@@ -57,11 +57,6 @@ def _sections(path: str) -> dict[str, tuple[int, int]]:
                 for sec in elf.iter_sections()}
 
 
-def _in(sections: dict[str, tuple[int, int]], name: str, pc: int) -> bool:
-    span = sections.get(name)
-    return span is not None and span[0] <= pc < span[1]
-
-
 def _key(row: Row) -> tuple[object, ...]:
     return (row.cfa, row.ra, row.fp, row.ra_signed)
 
@@ -73,7 +68,6 @@ def crosscheck(path: str) -> tuple[int, Counter[str], list[str]]:
     assert section is not None, f"{path}: no .sframe"
     assert info.has_eh_frame, f"{path}: no .eh_frame"
     table = CFITable(path)
-    sections = _sections(path)
     fdes = list(section.iter_fdes())
     # FDEs that share addresses with another (only .o files have them).
     ambiguous = {a.index for a in fdes for b in fdes
