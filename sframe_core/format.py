@@ -282,7 +282,7 @@ def decode_fde(data: bytes | memoryview, hdr: Header, index: int, sec_addr: int,
         raise FormatError(f"FDE {index}: {num_fres} FREs cannot fit in the "
                           f"{max(hdr.fre_end - first_fre, 0)} bytes left in the FRE sub-section",
                           offset + (12 if hdr.version < 3 else 0))
-    use_pcrel = hdr.pcrel if pcrel is None else pcrel
+    use_pcrel = hdr.flags & SFRAME_F_FDE_FUNC_START_PCREL if pcrel is None else pcrel
     start = sec_addr + value + (offset if use_pcrel else 0)
     return FDE(index, offset, start, size, fre_off, num_fres, info, info2, rep_size, first_fre)
 

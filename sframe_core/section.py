@@ -150,26 +150,29 @@ class SFrameSection:
     def find_fde(self, pc: int) -> FDE | None:
         """The FDE whose ``[start, start + size)`` holds ``pc``, or None."""
         order: list[int] | None = None
-        if self._starts is None and self.header.sorted and self._searches < TABLE_AFTER_LOOKUPS:
+        starts = self._starts
+        if starts is None and self.header.sorted and self._searches < TABLE_AFTER_LOOKUPS:
             self._searches += 1
             pos = self._search_in_place(pc)
-            starts = None
         else:
             starts, order = self._table()
             pos = bisect_right(starts, pc) - 1
-        # Step left over zero-size or overlapping neighbours with the same start.
-        checked = 0
-        while pos >= 0 and checked < 8:
-            fde = self.get_fde(order[pos] if order is not None else pos)
-            if fde.start <= pc < fde.end:
-                return fde
+        if pos < 0:
+            return None
+        fde = self.get_fde(pos if order is None else order[pos])
+        if fde.start <= pc < fde.end:
+            return fde
+        # Zero-size or overlapping neighbours with the same start: step left.
+        for _ in range(8):
             if pos == 0:
                 return None
             before = starts[pos - 1] if starts is not None else self._start(pos - 1)
             if before != fde.start:
                 return None
             pos -= 1
-            checked += 1
+            fde = self.get_fde(pos if order is None else order[pos])
+            if fde.start <= pc < fde.end:
+                return fde
         return None
 
     # -- FREs ------------------------------------------------------------
