@@ -1,0 +1,772 @@
+"""sframe_gdb: let GDB unwind stacks from SFrame (``.sframe``) sections.
+
+Load it with ``source /path/to/sframe_gdb.py`` (GDB 13 to 18); ``sframe
+gdbinit`` prints the line for ``~/.gdbinit``.
+
+This file is the GDB adapter of sframe-gdb and holds no format or unwind
+logic: it turns GDB's registers, memory and objfiles into ``sframe_core``'s
+types (``Frame``, ``Memory``, ``Module``) and the core's answer (a caller
+frame, or a reason to stop) back into a ``gdb.UnwindInfo``.
+
+Design, in the order GDB meets it:
+
+* Loading. GDB embeds the system's Python, not the project's virtualenv, so
+  the loader puts the directory of this file on ``sys.path`` (``sframe_core``
+  sits beside it, in a checkout and in site-packages) and, when pyelftools
+  cannot be imported, ``site.addsitedir``s the usual candidates (virtualenv,
+  the checkout's ``.venv``, user and site directories). When that fails it
+  prints one line saying what to install, for which Python.
+
+* Objfiles. GDB's Python API exposes no section addresses, so the runtime
+  address of each objfile's ``.sframe`` and code sections comes from ``maint
+  info sections -all-objects``, parsed in event handlers (``new_objfile``,
+  ``free_objfile``, ``clear_objfiles``, stops, ``before_prompt``), never inside
+  the unwinder, which may not call ``gdb.execute``. The load bias is that
+  address minus the section's ``sh_addr`` on disk (debugger-apis.md A2: never
+  from ``info sharedlibrary``). ELF headers and SFrame tables are read only
+  when a PC inside the objfile is first unwound through, then cached in a
+  ``sframe_core.modules.Module`` per objfile.
+
+* The unwinder, a global ``gdb.unwinder.Unwinder`` named ``sframe``. It claims
+  a frame when its PC lies in an objfile whose ``.sframe`` covers it and, in
+  ``auto`` mode, no ``.eh_frame``/``.debug_frame`` FDE does. The caller gets
+  ``pc``, ``sp``, the frame pointer and whatever else the row gives; other
+  registers are left out and read ``<not saved>``. The frame id is
+  ``(CFA, function start)``, like GDB's DWARF unwinder.
+
+* When the rows cannot explain the stack (``sframe_core.unwind.Stop``), the
+  frame is still claimed, with an id but without a saved PC: GDB then ends
+  the backtrace with "Backtrace stopped: frame did not save the PC" instead
+  of letting its prologue analyzer invent frames (which, in a binary without
+  ``.eh_frame``, it does).
+
+* Errors. Anything raised inside the unwinder is caught, reported once per
+  objfile as ``warning: sframe: PATH: ...``, and the frame is declined.
+"""
+
+from __future__ import annotations
+
+import bisect
+import glob
+import os
+import re
+import site
+import sys
+
+import gdb  # type: ignore[import-not-found]
+import gdb.unwinder  # type: ignore[import-not-found]
+
+__all__ = ["LOADED_LINE", "SFrameUnwinder"]
+
+# Printed once the plugin is ready: tests wait for it, users see what loaded.
+LOADED_LINE = "sframe: SFrame unwinder ready (help sframe)"
+
+_HERE = os.path.dirname(os.path.realpath(os.path.abspath(__file__)))
+_PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+# -- loading ------------------------------------------------------------------
+
+
+def _site_candidates() -> list[str]:
+    """Site-packages directories that may hold pyelftools, best first."""
+    found: list[str] = []
+    venvs = [os.environ.get("VIRTUAL_ENV") or "", os.path.join(_HERE, ".venv"),
+             os.path.join(os.path.dirname(_HERE), ".venv")]
+    for venv in venvs:
+        if not venv:
+            continue
+        # The matching Python first; pyelftools is pure Python, so another 3.x also does.
+        found += glob.glob(os.path.join(venv, "lib", f"python{_PYVER}", "site-packages"))
+        found += sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")))
+    try:
+        found.append(site.getusersitepackages())
+    except Exception:  # noqa: BLE001 - site is optional in embedded Pythons
+        pass
+    try:
+        found += site.getsitepackages()
+    except Exception:  # noqa: BLE001
+        pass
+    found.append(_HERE)  # pip-installed: .pth files of an editable install live here
+    seen: list[str] = []
+    for path in found:
+        if path and os.path.isdir(path) and path not in seen:
+            seen.append(path)
+    return seen
+
+
+def _setup_imports() -> str | None:
+    """Make sframe_core and pyelftools importable; a one-line problem, or None."""
+    if os.path.isdir(os.path.join(_HERE, "sframe_core")) and _HERE not in sys.path:
+        sys.path.insert(0, _HERE)
+    try:
+        import elftools  # noqa: F401
+    except ImportError:
+        for path in _site_candidates():
+            site.addsitedir(path)
+            try:
+                import elftools  # noqa: F401,F811
+                break
+            except ImportError:
+                continue
+        else:
+            return ("cannot import pyelftools; run: python3 -m pip install --user pyelftools "
+                    f"(for the Python gdb embeds, {_PYVER}: {sys.executable or 'python3'})")
+    try:
+        import sframe_core  # noqa: F401
+    except ImportError as exc:
+        return (f"cannot import sframe_core ({exc}); keep sframe_gdb.py next to the "
+                "sframe_core directory, or pip install sframe-gdb")
+    return None
+
+
+_PROBLEM = _setup_imports()
+
+if _PROBLEM is None:
+    from sframe_core.abi import Arch
+    from sframe_core.errors import SFrameError
+    from sframe_core.modules import Module
+    from sframe_core.unwind import DEFAULT_PAC_MASK, Frame, Stop, step_with_row
+
+    try:
+        from sframe_core.describe import describe_row
+    except ImportError:  # pragma: no cover - describe.py is part of the core now
+        describe_row = None  # type: ignore[assignment]
+
+
+# -- small helpers --------------------------------------------------------------
+
+
+def _warn(text: str) -> None:
+    gdb.write(f"warning: sframe: {text}\n", gdb.STDERR)
+
+
+# gdb.unwinder.FrameId is new in GDB 14 (NEWS); 13 takes any object with
+# sp/pc attributes holding gdb.Values.
+_FrameId = getattr(gdb.unwinder, "FrameId", None)
+if _FrameId is None:
+    class _FrameId:  # type: ignore[no-redef]
+        def __init__(self, sp: object, pc: object) -> None:
+            self.sp = sp
+            self.pc = pc
+
+
+class _Memory:
+    """sframe_core.unwind.Memory over the selected inferior (live or core)."""
+
+    __slots__ = ("_inferior",)
+
+    def __init__(self) -> None:
+        self._inferior = gdb.selected_inferior()
+
+    def read(self, address: int, size: int) -> bytes | None:
+        try:
+            return bytes(self._inferior.read_memory(address, size))
+        except (gdb.MemoryError, gdb.error, ValueError, OverflowError):
+            return None
+
+
+# The instructions of the Linux signal-return trampolines, as GDB's own
+# sigtramp sniffers match them (amd64-linux-tdep.c, aarch64-linux-tdep.c).
+_SIGTRAMPS = {
+    "i386:x86-64": b"\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05",  # mov $15,%rax; syscall
+    "aarch64": b"\x68\x11\x80\xd2\x01\x00\x00\xd4",  # mov x8,#139; svc #0
+}
+
+
+# -- the section table GDB reports --------------------------------------------
+
+_HEADER = re.compile(r"^(Exec file|Object file|Core file): [`'](.*)', file type")
+_SECTION = re.compile(r"^\s*\[\s*\d+\]\s+(0x[0-9a-fA-F]+)->(0x[0-9a-fA-F]+) at 0x[0-9a-fA-F]+: "
+                      r"(\S+)(.*)$")
+
+
+class _Entry:
+    """One objfile with a ``.sframe`` section, at the addresses GDB reports."""
+
+    def __init__(self, path: str, sframe_address: int) -> None:
+        self.path = path
+        self.sframe_address = sframe_address  # runtime address of .sframe
+        self.code: list[tuple[int, int]] = []
+        self.has_eh_frame = False
+        self.has_debug_frame = False
+        self.module: Module | None = None
+        self.failed = False  # unreadable or corrupt: reported, then ignored
+
+    def get_module(self, plugin: SFrameUnwinder) -> Module | None:
+        if self.module is None and not self.failed:
+            from sframe_core.elf import read_elf
+            try:
+                info = read_elf(self.path)
+                if info.sframe_address is None:
+                    raise SFrameError("no .sframe section in the file on disk")
+            except SFrameError as exc:
+                self.failed = True
+                plugin.report(self.path, str(exc))
+                return None
+            module = Module(self.path, self.sframe_address - info.sframe_address,
+                            self.code or [(0, 0)], sources=("sframe",),
+                            on_error=lambda m, exc: plugin.report(m.path, str(exc)))
+            module._elf = info  # already read: spare the Module a second read
+            module._loaded.add("elf")
+            self.module = module
+        return self.module
+
+    def sframe(self, plugin: SFrameUnwinder):  # type: ignore[no-untyped-def]
+        module = self.get_module(plugin)
+        if module is None:
+            return None
+        section = module.sframe
+        if section is None or module.error is not None:
+            self.failed = True
+            return None
+        return section
+
+    def covered_by_cfi(self, plugin: SFrameUnwinder, pc: int) -> bool:
+        """Does an ``.eh_frame``/``.debug_frame`` FDE of this file cover ``pc``?"""
+        if not (self.has_eh_frame or self.has_debug_frame):
+            return False
+        module = self.get_module(plugin)
+        if module is None:
+            return True  # cannot tell: leave the frame to GDB
+        table = module.cfi
+        if table is None:
+            return module.error is not None or self.has_eh_frame
+        return bool(table.has_fde(pc))
+
+
+class _Table:
+    """PC -> ``_Entry`` for one program space, parsed from GDB's section list."""
+
+    def __init__(self, entries: list[_Entry], code: list[tuple[int, int]] | None = None) -> None:
+        self.entries = entries
+        # The code sections of every objfile (with SFrame or not, the vdso
+        # included): a return address outside them ends the backtrace.
+        self._code = sorted(code or [])
+        self._code_starts = [lo for lo, _ in self._code]
+        spans = sorted((lo, hi, e) for e in entries for lo, hi in e.code)
+        self._starts = [s[0] for s in spans]
+        self._spans = spans
+
+    def find(self, pc: int) -> _Entry | None:
+        # Code sections of different objfiles do not overlap.
+        i = bisect.bisect_right(self._starts, pc) - 1
+        if i >= 0:
+            lo, hi, entry = self._spans[i]
+            if lo <= pc < hi:
+                return entry
+        return None
+
+    def is_code(self, pc: int) -> bool:
+        i = bisect.bisect_right(self._code_starts, pc) - 1
+        return i >= 0 and self._code[i][0] <= pc < self._code[i][1]
+
+    @classmethod
+    def parse(cls, text: str, wanted: set[str], old: dict[tuple[str, int], _Entry]) -> _Table:
+        entries: list[_Entry] = []
+        code: list[tuple[int, int]] = []
+        path = None
+        sections: list[tuple[int, int, str, str]] = []
+
+        def flush() -> None:
+            if path is None:
+                return
+            code.extend((lo, hi) for lo, hi, _, flags in sections
+                        if "CODE" in flags and "HAS_CONTENTS" in flags and hi > lo)
+            if path not in wanted:
+                return
+            sframe = [s for s in sections if s[2] == ".sframe" and "HAS_CONTENTS" in s[3]]
+            if not sframe:
+                return
+            start = sframe[0][0]
+            entry = old.get((path, start)) or _Entry(path, start)
+            entry.code = [(lo, hi) for lo, hi, _, flags in sections if "CODE" in flags and hi > lo]
+            entry.has_eh_frame = any(s[2] == ".eh_frame" and s[1] > s[0] for s in sections)
+            entry.has_debug_frame = any(s[2] == ".debug_frame" and s[1] > s[0] for s in sections)
+            entries.append(entry)
+
+        for line in text.splitlines():
+            m = _HEADER.match(line)
+            if m:
+                flush()
+                path = m.group(2) if m.group(1) != "Core file" else None
+                sections = []
+                continue
+            m = _SECTION.match(line)
+            if m and path is not None:
+                sections.append((int(m.group(1), 16), int(m.group(2), 16), m.group(3), m.group(4)))
+        flush()
+        return cls(entries, code)
+
+
+# -- the unwinder ----------------------------------------------------------------
+
+MODES = ("auto", "always", "off")
+_SIGNED_LIMIT = 1 << 63
+
+
+class SFrameUnwinder(gdb.unwinder.Unwinder):
+    """Unwinds frames whose PC only SFrame describes."""
+
+    def __init__(self) -> None:
+        super().__init__("sframe")
+        self.mode = "auto"
+        self._tables: dict[object, _Table] = {}  # progspace -> table
+        self._dirty: set[object] = set()  # progspaces whose table must be re-read
+        self._reported: set[str] = set()
+        self._busy = False
+        # Levels whose inner frame is a signal trampoline, for this stop.
+        self._after_sigtramp: set[int] = set()
+        self._arch_cache: dict[tuple[str, str], tuple] = {}  # type: ignore[type-arg]
+
+    # Tables ---------------------------------------------------------------
+
+    def report(self, path: str, text: str) -> None:
+        """One warning per objfile, however many frames hit the problem."""
+        if path in self._reported:
+            return
+        self._reported.add(path)
+        if text.startswith(path):
+            text = text[len(path):].lstrip(": ")
+        _warn(f"{path}: {text}")
+
+    def mark_dirty(self, progspace: object = None) -> None:
+        if progspace is None:
+            self._dirty.update(self._tables)
+            self._dirty.add(gdb.current_progspace())
+        else:
+            self._dirty.add(progspace)
+
+    def forget(self, progspace: object) -> None:
+        self._tables.pop(progspace, None)
+        self._dirty.discard(progspace)
+
+    def refresh(self, force: bool = False) -> None:
+        """Re-read the current program space's section table if it changed.
+
+        Runs ``maint info sections``: never call this from the unwinder.
+        """
+        if self._busy:
+            return
+        progspace = gdb.current_progspace()
+        if not force and progspace in self._tables and progspace not in self._dirty:
+            return
+        self._dirty.discard(progspace)
+        wanted = set()
+        for objfile in progspace.objfiles():
+            if objfile.owner is not None or not getattr(objfile, "is_file", True):
+                continue  # separate debug files, the vdso
+            wanted.add(objfile.filename)
+        old = {(e.path, e.sframe_address): e for e in self.tables_entries(progspace)}
+        if not wanted:
+            self._tables[progspace] = _Table([])
+            return
+        try:
+            text = gdb.execute("maint info sections -all-objects .sframe .text .eh_frame "
+                               ".debug_frame CODE", to_string=True)
+        except gdb.error as exc:
+            _warn(f"cannot read the section table: {exc}")
+            return
+        self._tables[progspace] = _Table.parse(text, wanted, old)
+
+    def tables_entries(self, progspace: object) -> list[_Entry]:
+        table = self._tables.get(progspace)
+        return table.entries if table else []
+
+    def table(self) -> _Table | None:
+        return self._tables.get(gdb.current_progspace())
+
+    # Unwinding --------------------------------------------------------------
+
+    def _arch_info(self, pending_frame, arch: Arch):  # type: ignore[no-untyped-def]
+        """Per-architecture facts, found once: (u64 type, pauth_cmask present,
+        {DWARF number: register handle}, pc handle, sp handle)."""
+        gdb_arch = pending_frame.architecture()
+        name = gdb_arch.name()
+        cached = self._arch_cache.get((name, arch.name))
+        if cached is None:
+            u64 = gdb_arch.integer_type(64, False)
+            # Register descriptors (GDB 11+) spare GDB a name lookup per call;
+            # plain names work everywhere.
+            try:
+                descriptors = {r.name: r for r in gdb_arch.registers()}
+            except Exception:  # noqa: BLE001
+                descriptors = {}
+            regs = {n: descriptors.get(rname, rname) for n, rname in arch.reg_names}
+            regs[arch.sp] = descriptors.get(arch.reg_name(arch.sp), "sp")
+            pc = descriptors.get("rip" if arch.name == "amd64" else "pc", "pc")
+            cached = (u64, "pauth_cmask" in descriptors, regs, pc)
+            self._arch_cache[(name, arch.name)] = cached
+        return cached
+
+    def __call__(self, pending_frame):  # type: ignore[no-untyped-def]
+        if self.mode == "off" or self._busy:
+            return None
+        self._busy = True
+        try:
+            return self._unwind(pending_frame)
+        except Exception as exc:  # noqa: BLE001 - never a traceback in a backtrace
+            entry = self._last_entry
+            where = entry.path if entry is not None else "unwinder"
+            self.report(where, f"{type(exc).__name__}: {exc} (frame left to gdb)")
+            return None
+        finally:
+            self._busy = False
+
+    _last_entry: _Entry | None = None
+
+    def _unwind(self, pending_frame):  # type: ignore[no-untyped-def]
+        self._last_entry = None
+        level = pending_frame.level()
+        if level == 0:
+            self._after_sigtramp.clear()
+        pc = int(pending_frame.read_register("pc"))
+        table = self.table()
+        entry = table.find(pc) if table is not None else None
+        if entry is None or entry.failed:
+            self._note_sigtramp(pending_frame, pc, level)
+            return None
+        self._last_entry = entry
+        interrupted = level == 0 or level in self._after_sigtramp
+        lookup_pc = pc if interrupted else pc - 1
+        if self.mode == "auto" and entry.covered_by_cfi(self, lookup_pc):
+            return None
+        section = entry.sframe(self)
+        if section is None:
+            return None
+        try:
+            row = section.row_at(lookup_pc)
+        except SFrameError as exc:
+            entry.failed = True
+            self.report(entry.path, str(exc))
+            return None
+        if row is None:
+            self._note_sigtramp(pending_frame, pc, level)
+            return None  # not an SFrame PC (no FDE, or before the first FRE)
+        arch: Arch = section.arch
+        u64, has_pauth, handles, pc_handle = self._arch_info(pending_frame, arch)
+        regs: dict[int, int] = {}
+        wanted = {arch.sp, arch.fp}
+        if row.cfa is not None:
+            wanted.add(row.cfa.reg)
+        if arch.ra_reg is not None and interrupted:
+            wanted.add(arch.ra_reg)
+        for regno in wanted:
+            try:
+                handle = handles[regno] if regno in handles else arch.reg_name(regno)
+                regs[regno] = int(pending_frame.read_register(handle))
+            except (gdb.error, ValueError):
+                pass  # not saved by the inner frame's unwinder: unknown here
+        pac_mask = DEFAULT_PAC_MASK
+        if has_pauth and row.ra_signed:
+            try:
+                pac_mask = int(pending_frame.read_register("pauth_cmask"))
+            except (gdb.error, ValueError):
+                pass
+        frame = Frame(pc, regs, interrupted=interrupted)
+        result = step_with_row(frame, row, _Memory(), arch, pac_mask=pac_mask)
+
+        def value(x: int):  # type: ignore[no-untyped-def]
+            # A plain gdb.Value is a 64-bit long: right size, and GDB 13 and
+            # 14+ both accept it; only the top half of the space needs the cast.
+            return gdb.Value(x) if x < _SIGNED_LIMIT else gdb.Value(x).cast(u64)
+
+        if isinstance(result, Stop):
+            # Claim the frame without a saved PC: GDB ends the backtrace here
+            # (GDB 18 prints "Backtrace stopped: frame did not save the PC"),
+            # rather than let a prologue analyzer guess a caller.
+            sp = regs.get(arch.sp, 0)
+            return pending_frame.create_unwind_info(_FrameId(value(sp), value(row.func_start)))
+        caller = result.caller
+        if not table.is_code(caller.pc if caller.interrupted else caller.pc - 1):
+            # A return address outside all code: the stack is corrupt (or
+            # the code was generated at run time). Stop here, cleanly.
+            return pending_frame.create_unwind_info(
+                _FrameId(value(result.cfa), value(row.func_start)))
+        info = pending_frame.create_unwind_info(_FrameId(value(result.cfa), value(row.func_start)))
+        info.add_saved_register(pc_handle, value(caller.pc))
+        for regno, val in caller.regs.items():
+            try:
+                handle = handles[regno] if regno in handles else arch.reg_name(regno)
+                info.add_saved_register(handle, value(val))
+            except ValueError:
+                pass  # a register this GDB architecture does not have
+        if caller.interrupted:
+            self._after_sigtramp.add(level + 1)
+        return info
+
+    def _note_sigtramp(self, pending_frame, pc: int, level: int) -> None:  # type: ignore[no-untyped-def]
+        """Remember that the frame above ``level`` was interrupted by a signal.
+
+        GDB's own sigtramp unwinder handles the trampoline frame (we decline
+        it); its caller's PC is the interrupted instruction, not a return
+        address, so it is looked up at ``pc``, not ``pc - 1``.
+        """
+        pattern = _SIGTRAMPS.get(pending_frame.architecture().name())
+        if pattern is None:
+            return
+        data = _Memory().read(pc, len(pattern))
+        if data == pattern:
+            self._after_sigtramp.add(level + 1)
+
+
+# -- commands ----------------------------------------------------------------------
+
+
+def _parse_address(arg: str) -> int:
+    arg = arg.strip()
+    if not arg:
+        raise gdb.GdbError("an address is required, e.g. `info sframe $pc'")
+    try:
+        value = gdb.parse_and_eval(arg)
+        if value.type.code == gdb.TYPE_CODE_FUNC:
+            value = value.address
+        return int(value.cast(gdb.lookup_type("unsigned long")))
+    except gdb.error as exc:
+        raise gdb.GdbError(str(exc)) from None
+
+
+def _lookup_lines(plugin: SFrameUnwinder, address: int) -> list[str]:
+    plugin.refresh()
+    table = plugin.table()
+    entry = table.find(address) if table is not None else None
+    if entry is None:
+        raise gdb.GdbError(f"sframe: no objfile with a .sframe section covers 0x{address:x}")
+    section = entry.sframe(plugin)
+    if section is None:
+        raise gdb.GdbError(f"sframe: {entry.path}: .sframe unusable (see the warning above)")
+    try:
+        hit = section.lookup(address)
+    except SFrameError as exc:
+        raise gdb.GdbError(f"sframe: {entry.path}: {exc}") from None
+    head = f"{entry.path}: SFrame v{section.version}"
+    if hit is None:
+        fde = section.find_fde(address)
+        if fde is None:
+            return [head, f"address 0x{address:x} is not covered by any FDE"]
+        return [head, f"address 0x{address:x} is in FDE [{fde.index}] but before its first FRE"]
+    try:
+        from sframe_core.cli import lookup_text
+        lines = lookup_text(section, hit, pc=address)
+    except ImportError:  # fallback until the CLI has it
+        lines = [f"pc 0x{address:x}", f"FDE [{hit.fde.index}]: 0x{hit.fde.start:x}-0x{hit.fde.end:x}",
+                 describe_row(hit.row, section.arch) if describe_row else str(hit.row)]
+    if entry.has_eh_frame and entry.covered_by_cfi(plugin, address):
+        lines.append(f"(.eh_frame also covers this address: the sframe unwinder "
+                     f"{'uses SFrame here' if plugin.mode == 'always' else 'leaves it to gdb'} "
+                     f"in mode {plugin.mode})")
+    return [head] + lines
+
+
+def _register_commands(plugin: SFrameUnwinder) -> None:
+    class SFramePrefix(gdb.Command):
+        """Inspect and control the SFrame unwinder.
+
+Usage: sframe lookup ADDRESS
+       info sframe [ADDRESS]
+       set sframe mode auto|always|off
+       show sframe mode
+
+The unwinder is a global Python unwinder named `sframe':
+`info unwinder' lists it and `disable unwinder global sframe' turns it off.
+In mode `auto' it unwinds frames whose PC lies in an objfile with a .sframe
+section and no .eh_frame/.debug_frame FDE covering that PC; `always' uses
+SFrame wherever it covers the PC; `off' never does.
+Registers SFrame does not describe (everything but the PC, the stack pointer
+and the frame pointer) show as <not saved> in caller frames."""
+
+        def __init__(self) -> None:
+            super().__init__("sframe", gdb.COMMAND_STACK, gdb.COMPLETE_NONE, True)
+
+    class SFrameLookup(gdb.Command):
+        """Show the SFrame FDE and row that apply at an address.
+
+Usage: sframe lookup ADDRESS
+ADDRESS is any expression, e.g. $pc, f4, 0x5555555552a0.  The words are those
+of the shell command `sframe lookup'."""
+
+        def __init__(self) -> None:
+            super().__init__("sframe lookup", gdb.COMMAND_STACK, gdb.COMPLETE_EXPRESSION)
+
+        def invoke(self, arg: str, from_tty: bool) -> None:
+            for line in _lookup_lines(plugin, _parse_address(arg)):
+                gdb.write(line + "\n")
+
+    class InfoSFrame(gdb.Command):
+        """List objfiles with SFrame sections, or show the row at an address.
+
+Usage: info sframe [ADDRESS]
+Without ADDRESS: each objfile with a .sframe section, with its SFrame version,
+ABI, number of FDEs, address range, whether it also has .eh_frame, and whether
+the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'."""
+
+        def __init__(self) -> None:
+            super().__init__("info sframe", gdb.COMMAND_STATUS, gdb.COMPLETE_EXPRESSION)
+
+        def invoke(self, arg: str, from_tty: bool) -> None:
+            if arg.strip():
+                for line in _lookup_lines(plugin, _parse_address(arg)):
+                    gdb.write(line + "\n")
+                return
+            plugin.refresh()
+            entries = plugin.tables_entries(gdb.current_progspace())
+            if not entries:
+                gdb.write("No objfile has a .sframe section.\n")
+                return
+            gdb.write(f"sframe unwinder: mode {plugin.mode}, "
+                      f"{'enabled' if plugin.enabled else 'disabled'}\n")
+            for entry in entries:
+                section = entry.sframe(plugin)
+                if section is None:
+                    gdb.write(f"{entry.path}: .sframe unusable\n")
+                    continue
+                lo = min((lo for lo, _ in entry.code), default=0)
+                hi = max((hi for _, hi in entry.code), default=0)
+                cfi = [n for n, f in ((".eh_frame", entry.has_eh_frame),
+                                      (".debug_frame", entry.has_debug_frame)) if f]
+                if plugin.mode == "off":
+                    used = "not used (mode off)"
+                elif plugin.mode == "always":
+                    used = "used"
+                elif cfi:
+                    used = f"used only where {'/'.join(cfi)} has no FDE"
+                else:
+                    used = "used"
+                gdb.write(f"{entry.path}\n"
+                          f"  SFrame v{section.version}, ABI {section.arch.name}, "
+                          f"{section.num_fdes} FDEs, code 0x{lo:x}-0x{hi:x}, "
+                          f".sframe at 0x{entry.sframe_address:x}\n"
+                          f"  {'has ' + ' and '.join(cfi) if cfi else 'no .eh_frame'}; {used}\n")
+
+    class SetSFrame(gdb.Command):
+        """Settings of the SFrame unwinder.
+
+Usage: set sframe mode auto|always|off"""
+
+        def __init__(self) -> None:
+            super().__init__("set sframe", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
+
+    class ShowSFrame(gdb.Command):
+        """Settings of the SFrame unwinder.
+
+Usage: show sframe mode"""
+
+        def __init__(self) -> None:
+            super().__init__("show sframe", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
+
+    class ModeParameter(gdb.Parameter):
+        """When the SFrame unwinder claims frames.
+
+auto:   where the objfile's .sframe covers the PC and no .eh_frame or
+        .debug_frame FDE does (the default).
+always: wherever .sframe covers the PC, even where DWARF CFI exists.
+off:    never (like `disable unwinder global sframe')."""
+
+        set_doc = "Set when the SFrame unwinder claims frames."
+        show_doc = "Show when the SFrame unwinder claims frames."
+
+        def __init__(self) -> None:
+            super().__init__("sframe mode", gdb.COMMAND_STACK, gdb.PARAM_ENUM, list(MODES))
+            self.value = plugin.mode
+
+        def get_set_string(self) -> str:
+            if self.value != plugin.mode:
+                plugin.mode = self.value
+                gdb.invalidate_cached_frames()
+            return ""
+
+        def get_show_string(self, svalue: str) -> str:
+            return f"The SFrame unwinder mode is \"{svalue}\"."
+
+    SFramePrefix()
+    SFrameLookup()
+    InfoSFrame()
+    SetSFrame()
+    ShowSFrame()
+    ModeParameter()
+
+
+# -- events ---------------------------------------------------------------------------
+
+
+def _connect(plugin: SFrameUnwinder) -> None:
+    events = gdb.events
+
+    def on_new_objfile(event) -> None:  # type: ignore[no-untyped-def]
+        objfile = event.new_objfile
+        plugin.mark_dirty(objfile.progspace)
+        # Refresh now: GDB may unwind (stop at a breakpoint, `finish') before
+        # the next prompt, and the unwinder may not read the table itself.
+        if objfile.progspace == gdb.current_progspace():
+            try:
+                plugin.refresh()
+            except Exception as exc:  # noqa: BLE001
+                _warn(f"cannot read the section table: {exc}")
+
+    def on_free_objfile(event) -> None:  # type: ignore[no-untyped-def]
+        plugin.mark_dirty(event.objfile.progspace)
+
+    def on_clear_objfiles(event) -> None:  # type: ignore[no-untyped-def]
+        plugin.mark_dirty(event.progspace)
+
+    def on_free_progspace(event) -> None:  # type: ignore[no-untyped-def]
+        plugin.forget(event.progspace)
+
+    def on_anything(event=None) -> None:  # type: ignore[no-untyped-def]
+        plugin.mark_dirty(None)
+
+    def on_stop(event=None) -> None:  # type: ignore[no-untyped-def]
+        try:
+            plugin.refresh()
+        except Exception as exc:  # noqa: BLE001
+            _warn(f"cannot read the section table: {exc}")
+
+    handlers = [
+        ("new_objfile", on_new_objfile),
+        ("free_objfile", on_free_objfile),
+        ("clear_objfiles", on_clear_objfiles),
+        ("free_progspace", on_free_progspace),  # GDB 14+
+        ("new_progspace", on_anything),  # GDB 14+
+        ("executable_changed", on_anything),  # GDB 14+
+        ("corefile_changed", on_anything),  # GDB 18
+        ("exited", on_anything),
+        ("stop", on_stop),
+        ("before_prompt", on_stop),
+    ]
+    old = getattr(gdb, "_sframe_gdb_handlers", [])
+    for name, handler in old:
+        try:
+            getattr(events, name).disconnect(handler)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+    connected = []
+    for name, handler in handlers:
+        registry = getattr(events, name, None)
+        if registry is not None:
+            registry.connect(handler)
+            connected.append((name, handler))
+    gdb._sframe_gdb_handlers = connected
+
+
+def _register() -> SFrameUnwinder | None:
+    if _PROBLEM is not None:
+        _warn(_PROBLEM)
+        return None
+    previous = getattr(gdb, "_sframe_gdb_plugin", None)
+    plugin = SFrameUnwinder()
+    if previous is not None:
+        plugin.mode = previous.mode
+    gdb.unwinder.register_unwinder(None, plugin, replace=True)
+    gdb._sframe_gdb_plugin = plugin
+    _register_commands(plugin)
+    _connect(plugin)
+    plugin.mark_dirty(None)
+    try:
+        plugin.refresh()
+    except Exception:  # noqa: BLE001 - no program yet
+        pass
+    gdb.write(LOADED_LINE + "\n")
+    return plugin
+
+
+_PLUGIN = _register()

@@ -1,0 +1,146 @@
+"""Drive a real gdb with pexpect: start it clean, load the plugin, run commands, parse `bt`.
+
+Used by tests/test_gdb.py and bench/bench_gdb.py. gdb runs interactively
+(``from_tty`` is on, so it prints "Backtrace stopped: ..." lines) with
+``-nx -q``, a scrubbed environment and a fixed prompt.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pexpect
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = ROOT / "sframe_gdb.py"
+FIXTURES = ROOT / "tests" / "fixtures"
+LOADED_LINE = "sframe: SFrame unwinder ready (help sframe)"
+PROMPT = "(gdb-sframe-test) "
+TIMEOUT = 60  # seconds for one command; a 10,000-frame bt takes a few
+
+# The gdbs the suite runs under: the system one and the one scripts/setup.sh installs.
+GDBS = {
+    "gdb13": os.environ.get("SFRAME_GDB13", "/usr/bin/gdb"),
+    "gdb18": os.environ.get("SFRAME_GDB18", str(ROOT / ".debuggers" / "bin" / "gdb-18")),
+}
+
+_VERSION = re.compile(r"^GNU gdb (?:\([^)]*\) )?(\d+)\.(\d+)", re.M)
+# One frame line of `bt`: "#3  0x000055555555548d in f1 ()", or
+# "#0  stop_here () at x.c:3" (no address when the PC is at a line start),
+# or "#3  <signal handler called>".
+_FRAME = re.compile(r"^#(\d+)\s+(?:(0x[0-9a-f]+) in )?(<signal handler called>|\S+)", re.M)
+
+
+def gdb_version(path: str) -> tuple[int, int] | None:
+    """(major, minor) of the gdb at ``path``, or None when it cannot run."""
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return None
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60,
+                             env=clean_env()).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = _VERSION.search(out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def clean_env() -> dict[str, str]:
+    """A minimal environment: no user gdbinit, no debuginfod, no pager, no venv."""
+    home = tempfile.gettempdir()
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TERM": "dumb",
+        "LANG": "C",
+        "LC_ALL": "C",
+        "COLUMNS": "200",
+        "LINES": "50",
+    }
+    # The gdb-18 wrapper sets LD_LIBRARY_PATH itself.
+    return env
+
+
+@dataclass
+class Frame:
+    level: int
+    pc: int | None
+    name: str
+
+
+def parse_bt(text: str) -> list[Frame]:
+    return [Frame(int(m.group(1)), int(m.group(2), 16) if m.group(2) else None, m.group(3))
+            for m in _FRAME.finditer(text)]
+
+
+class Gdb:
+    """One gdb process. ``cmd`` returns the command's output (prompt excluded)."""
+
+    def __init__(self, gdb: str, *, plugin: bool = True, args: list[str] | None = None,
+                 cwd: str | None = None, timeout: float = TIMEOUT,
+                 disable_prologue: bool = True) -> None:
+        self.path = gdb
+        argv = ["-nx", "-q", "-iex", f"set prompt {PROMPT}",
+                "-iex", "set pagination off", "-iex", "set width 0", "-iex", "set height 0",
+                "-iex", "set confirm off"] + (args or [])
+        self.child = pexpect.spawn(gdb, argv, env=clean_env(), cwd=cwd, encoding="utf-8",
+                                   codec_errors="replace", timeout=timeout, echo=False,
+                                   dimensions=(50, 400))
+        self.child.expect_exact(PROMPT)
+        self.banner = self.child.before
+        self.cmd("set debuginfod enabled off")  # unknown in some builds: harmless error
+        self.cmd("set style enabled off")
+        self.cmd("handle SIGUSR1 SIGALRM nostop noprint pass")  # the sig fixture's own signals
+        if disable_prologue:
+            # gdb >= 16: stop the prologue analyzer from hiding unwinder failures.
+            self.cmd('maint frame-unwinder disable -name "amd64 prologue"')
+        self.load_output = ""
+        if plugin:
+            self.load_output = self.load_plugin()
+
+    def load_plugin(self) -> str:
+        out = self.cmd(f"source {PLUGIN}")
+        if LOADED_LINE not in out:
+            raise AssertionError(f"plugin did not load:\n{out}")
+        return out
+
+    def cmd(self, line: str, timeout: float | None = None) -> str:
+        self.child.sendline(line)
+        self.child.expect_exact(PROMPT, timeout=timeout if timeout is not None else -1)
+        return (self.child.before or "").replace("\r\n", "\n")
+
+    def bt(self, args: str = "") -> list[Frame]:
+        return parse_bt(self.cmd(f"bt {args}".strip()))
+
+    def close(self) -> None:
+        if self.child.isalive():
+            try:
+                self.child.sendline("kill")
+                self.child.sendline("quit")
+                self.child.expect(pexpect.EOF, timeout=10)
+            except (pexpect.TIMEOUT, pexpect.EOF, OSError):
+                pass
+            self.child.close(force=True)
+
+    def __enter__(self) -> Gdb:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def fixture(*parts: str) -> Path:
+    return FIXTURES.joinpath(*parts)
+
+
+def have(path: str | os.PathLike[str]) -> bool:
+    return Path(path).exists()
+
+
+def which(name: str) -> str | None:
+    return shutil.which(name)

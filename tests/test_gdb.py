@@ -1,0 +1,454 @@
+"""The GDB adapter, driven through real gdbs (13 and 18) on the fixture programs.
+
+Each unwinding test compares, PC for PC and name for name, the backtrace of a
+program without ``.eh_frame`` (``NAME.noeh``, unwound by the plugin) with the
+backtrace of its twin (``NAME``, same code, unwound by gdb's DWARF unwinder).
+Where it matters the test also shows that without the plugin the backtrace
+differs, so the fixture proves the plugin did the work. gdb >= 16 runs with
+the amd64 prologue analyzer disabled so it cannot hide a failure.
+
+A gdb that is not installed is a skip locally and a failure when ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gdbtools import GDBS, PLUGIN, Gdb, fixture, gdb_version, parse_bt  # noqa: E402
+
+pytestmark = [pytest.mark.gdb]
+
+X86 = fixture("x86_64")
+PRODUCERS = ["bu2.40-v1", "bu2.44-v2", "bu2.44-v2pcrel", "busid-v3"]
+# Bounds a stepping loop: f2..f4 and stop_here take about 150 instructions.
+MAX_STEPS = 600
+
+
+def _require(path: Path) -> Path:
+    if not path.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"fixture missing: {path} (run tests/fixtures/build.sh)")
+        pytest.skip(f"fixture missing: {path}")
+    return path
+
+
+@pytest.fixture(params=sorted(GDBS), scope="module")
+def gdb_path(request: pytest.FixtureRequest) -> str:
+    path = GDBS[request.param]
+    version = gdb_version(path)
+    if version is None:
+        why = f"{request.param} not runnable at {path} (scripts/setup.sh installs gdb 18)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    return path
+
+
+def _major(path: str) -> int:
+    version = gdb_version(path)
+    assert version is not None
+    return version[0]
+
+
+def _no_python_errors(text: str) -> None:
+    assert "Traceback" not in text, text
+    assert "Python Exception" not in text, text
+
+
+def _key(frames):  # type: ignore[no-untyped-def]
+    return [(f.pc, f.name) for f in frames]
+
+
+_TWIN_CACHE: dict[tuple[str, str, str], list[tuple[int | None, str]]] = {}
+
+
+def _twin_bt(gdb_path: str, program: Path, breakpoint: str = "stop_here", run: str = "") -> list:
+    """The backtrace of the twin (with .eh_frame) under plain gdb."""
+    key = (gdb_path, str(program), breakpoint + run)
+    if key not in _TWIN_CACHE:
+        with Gdb(gdb_path, plugin=False, args=[str(program)]) as g:
+            g.cmd(f"break {breakpoint}")
+            out = g.cmd(f"run {run}".strip())
+            assert "Breakpoint 1," in out, out
+            _TWIN_CACHE[key] = _key(g.bt())
+    return _TWIN_CACHE[key]
+
+
+# -- backtraces --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("producer", PRODUCERS)
+def test_bt_matches_twin(gdb_path: str, producer: str) -> None:
+    twin = _twin_bt(gdb_path, _require(X86 / producer / "deep"))
+    assert [n for _, n in twin] == ["stop_here", "f4", "f2", "f1", "main"]
+    with Gdb(gdb_path, plugin=False, args=[str(_require(X86 / producer / "deep.noeh"))]) as g:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        without = _key(g.bt())
+        assert without != twin, "the fixture does not need the plugin"
+        out = g.load_plugin()
+        _no_python_errors(out)
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        assert _key(parse_bt(text)) == twin
+        assert "Backtrace stopped" not in text
+        # The unwinder's controls.
+        assert re.search(r"Global:\s*\n\s+sframe\b", g.cmd("info unwinder"))
+        assert "1 unwinder disabled" in g.cmd("disable unwinder global sframe")
+        assert _key(g.bt()) == without
+        g.cmd("enable unwinder global sframe")
+        assert _key(g.bt()) == twin
+        g.cmd("set sframe mode off")
+        assert 'is "off"' in g.cmd("show sframe mode")
+        assert _key(g.bt()) == without
+        g.cmd("set sframe mode always")
+        assert _key(g.bt()) == twin
+        g.cmd("set sframe mode auto")
+        # Sourcing again is harmless: one unwinder, the mode kept, same bt.
+        g.load_plugin()
+        assert g.cmd("info unwinder").count("sframe") == 1
+        assert 'is "auto"' in g.cmd("show sframe mode")
+        assert _key(g.bt()) == twin
+
+
+def test_auto_mode_leaves_eh_frame_to_gdb(gdb_path: str) -> None:
+    """On the twin, auto mode claims nothing; always mode gives the same frames."""
+    program = _require(X86 / "bu2.44-v2" / "deep")
+    twin = _twin_bt(gdb_path, program)
+    with Gdb(gdb_path, args=[str(program)]) as g:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        # gdb 18's py-unwind debug output names the unwinder that claimed a frame.
+        traced = _major(gdb_path) >= 18
+        if traced:
+            g.cmd("set debug py-unwind on")
+        out = g.cmd("bt")
+        assert _key(parse_bt(out)) == twin
+        if traced:
+            assert "sniff: frame=" in out and "claimed by unwinder sframe" not in out, out
+        g.cmd("set sframe mode always")
+        out = g.cmd("bt")
+        assert _key(parse_bt(out)) == twin
+        if traced:
+            assert "claimed by unwinder sframe" in out, out
+            g.cmd("set debug py-unwind off")
+        info = g.cmd("info sframe")
+        assert "has .eh_frame" in info and "SFrame v2" in info
+
+
+def test_frame_ids_up_down_finish(gdb_path: str) -> None:
+    program = _require(X86 / "bu2.44-v2" / "deep.noeh")
+    twin = _twin_bt(gdb_path, _require(X86 / "bu2.44-v2" / "deep"))
+    with Gdb(gdb_path, args=[str(program)]) as g:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        assert re.search(r"#3\s+0x[0-9a-f]+ in f1 \(\)", g.cmd("frame 3"))
+        assert re.search(r"#4\s+0x[0-9a-f]+ in main \(\)", g.cmd("up"))
+        assert "Initial frame selected; you cannot go up" in g.cmd("up")
+        assert re.search(r"#3\s+0x[0-9a-f]+ in f1 \(\)", g.cmd("down"))
+        info = g.cmd("info frame")
+        _no_python_errors(info)
+        assert "Stack level 3" in info and "caller of frame at" in info
+        assert "saved rip = " in info and "<not saved>" not in info.split("saved rip = ")[1][:20]
+        # Registers SFrame does not describe are not saved in callers.
+        assert "<not saved>" in g.cmd("p $rbx")
+        g.cmd("frame 1")
+        out = g.cmd("finish")
+        _no_python_errors(out)
+        assert "Run till exit from #1" in out
+        f2_pc = twin[2][0]
+        assert f"0x{f2_pc:016x} in f2 ()" in out, out
+        assert _key(g.bt()) == twin[2:]
+
+
+def test_stepi_matches_twin(gdb_path: str) -> None:
+    """Every instruction from f2's entry to its return: prologue, alloca, a tail
+    call (f3 -> f4), stop_here, epilogues. Same bt as the twin at each step."""
+    producer = "bu2.44-v2"
+    with Gdb(gdb_path, plugin=False, args=[str(_require(X86 / producer / "deep"))]) as twin, \
+            Gdb(gdb_path, args=[str(_require(X86 / producer / "deep.noeh"))]) as g:
+        for s in (twin, g):
+            s.cmd("break *f2")
+            s.cmd("run")
+        steps = 0
+        seen = set()
+        while steps < MAX_STEPS:
+            expect = _key(twin.bt())
+            text = g.cmd("bt")
+            _no_python_errors(text)
+            assert _key(parse_bt(text)) == expect, f"step {steps}"
+            seen.add(expect[0][1])
+            if expect[0][1] == "f1":
+                break
+            twin.cmd("stepi")
+            g.cmd("stepi")
+            steps += 1
+        assert {"f2", "f3", "f4", "stop_here", "f1"} <= seen, seen
+        assert steps < MAX_STEPS
+
+
+def test_signal_handler(gdb_path: str) -> None:
+    producer = "bu2.44-v2"
+    twin = _twin_bt(gdb_path, _require(X86 / producer / "sig"))
+    names = [n for _, n in twin]
+    assert names == ["stop_here", "handler_inner", "handler", "<signal handler called>",
+                     "g2", "g1", "main"]
+    with Gdb(gdb_path, args=[str(_require(X86 / producer / "sig.noeh"))]) as g:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        assert _key(parse_bt(text)) == twin
+
+
+def test_threads(gdb_path: str) -> None:
+    producer = "bu2.44-v2"
+
+    def all_bt(g: Gdb) -> list:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        text = g.cmd("thread apply all bt")
+        _no_python_errors(text)
+        chunks = re.split(r"\nThread \d+ ", "\n" + text)[1:]
+        return sorted([(pc or 0, n) for pc, n in _key(parse_bt(c))] for c in chunks)
+
+    with Gdb(gdb_path, plugin=False, args=[str(_require(X86 / producer / "threads"))]) as t:
+        expect = all_bt(t)
+    assert len(expect) == 4
+    with Gdb(gdb_path, args=[str(_require(X86 / producer / "threads.noeh"))]) as g:
+        got = all_bt(g)
+    assert got == expect
+    assert any(["t_b3", "t_b2", "t_b1"] == [n for _, n in c if n.startswith("t_b")] for c in got)
+
+
+@pytest.mark.parametrize("variant", ["uselib-libnoeh/uselib", "uselib.noeh", "uselib-allnoeh/uselib"])
+def test_shared_library(gdb_path: str, variant: str) -> None:
+    """A library without .eh_frame called from a program with it, the reverse, and both
+    (``uselib-allnoeh`` is also stripped of symbols: compare PCs, break by address)."""
+    producer = "bu2.44-v2"
+    twin = _twin_bt(gdb_path, _require(X86 / producer / "uselib"))
+    assert [n for _, n in twin][:3] == ["stop_here", "app_callback", "lib_stop"]
+    stripped = "allnoeh" in variant
+    with Gdb(gdb_path, args=[str(_require(X86 / producer / variant))]) as g:
+        g.cmd(f"break *0x{twin[0][0]:x}" if stripped else "break stop_here")
+        out = g.cmd("run")
+        assert "Breakpoint 1," in out, out
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        got = _key(parse_bt(text))
+        if stripped:
+            # Without symbols gdb does not know main, so the backtrace goes on past it.
+            assert [pc for pc, _ in got][:len(twin)] == [pc for pc, _ in twin]
+            assert [n for _, n in got][2:4] == ["lib_stop", "lib_b"]  # the library keeps its symbols
+        else:
+            assert got == twin
+
+
+def test_step_into_plt(gdb_path: str) -> None:
+    """stepi from u1 through lib_a@plt into the library, bt compared at each step."""
+    producer = "bu2.44-v2"
+    with Gdb(gdb_path, plugin=False, args=[str(_require(X86 / producer / "uselib"))]) as twin, \
+            Gdb(gdb_path, args=[str(_require(X86 / producer / "uselib.noeh"))]) as g:
+        for s in (twin, g):
+            s.cmd("set environment LD_BIND_NOW 1")  # no trip through the lazy resolver
+            s.cmd("break *u1")
+            s.cmd("run")
+        names = set()
+        for step in range(60):
+            expect = _key(twin.bt())
+            text = g.cmd("bt")
+            _no_python_errors(text)
+            assert _key(parse_bt(text)) == expect, f"step {step}: {text}"
+            names.add(expect[0][1])
+            if expect[0][1] == "lib_b":
+                break
+            twin.cmd("stepi")
+            g.cmd("stepi")
+        assert "lib_a@plt" in names or any("plt" in n for n in names), names
+        assert "lib_a" in names
+
+
+def test_core_file(gdb_path: str, tmp_path: Path) -> None:
+    producer = "bu2.44-v2"
+    program = _require(X86 / producer / "deep.noeh")
+    twin = _twin_bt(gdb_path, _require(X86 / producer / "deep"))
+    core = tmp_path / "deep.core"
+    with Gdb(gdb_path, plugin=False, args=[str(program)]) as g:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        assert "Saved corefile" in g.cmd(f"gcore {core}")
+    with Gdb(gdb_path, args=[str(program), str(core)]) as g:
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        assert _key(parse_bt(text)) == twin
+
+
+def test_attach(gdb_path: str) -> None:
+    program = _require(X86 / "bu2.44-v2" / "deep.noeh")
+    proc = subprocess.Popen([str(program), "sleep"], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        assert line.startswith("READY "), line
+        with Gdb(gdb_path, args=[str(program)]) as g:
+            out = g.cmd(f"attach {proc.pid}")
+            if "ptrace" in out and "not permitted" in out:
+                pytest.skip("ptrace attach not permitted here")
+            text = g.cmd("bt")
+            _no_python_errors(text)
+            names = [f.name for f in parse_bt(text)]
+            assert names[-4:] == ["f4", "f2", "f1", "main"], text
+            g.cmd("detach")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+def test_corrupt_return_address_stops_cleanly(gdb_path: str) -> None:
+    with Gdb(gdb_path, args=[str(_require(X86 / "bu2.44-v2" / "deep.noeh"))]) as g:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        g.cmd("frame 2")
+        g.cmd("set *(long*)($sp - 8) = 0x1234")  # f4's return address
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        assert [f.name for f in parse_bt(text)] == ["stop_here", "f4"]
+        # gdb 18 says why; gdb 13 ends the backtrace without a reason line.
+        if _major(gdb_path) >= 18:
+            assert "Backtrace stopped: frame did not save the PC" in text
+
+
+def test_corrupt_sframe_warns_once(gdb_path: str, tmp_path: Path) -> None:
+    from elftools.elf.elffile import ELFFile
+
+    source = _require(X86 / "bu2.44-v2" / "deep.noeh")
+    bad = tmp_path / "deep.badsframe"
+    shutil.copy(source, bad)
+    with open(bad, "r+b") as f:
+        offset = ELFFile(f).get_section_by_name(".sframe")["sh_offset"]
+        f.seek(offset + 3)  # sfp_flags: set undefined bits
+        f.write(b"\xf0")
+        f.seek(offset + 4)  # sfh_abi_arch: an unknown ABI
+        f.write(b"\x7f")
+    with Gdb(gdb_path, args=[str(bad)]) as g:
+        g.cmd("break stop_here")
+        first = g.cmd("run") + g.cmd("bt")
+        second = g.cmd("bt") + g.cmd("info sframe")
+        _no_python_errors(first + second)
+        assert (first + second).count("warning: sframe: ") == 1, first + second
+        assert f"warning: sframe: {bad}: " in first
+
+
+def test_info_and_lookup_commands(gdb_path: str) -> None:
+    with Gdb(gdb_path, args=[str(_require(X86 / "bu2.40-v1" / "deep.noeh"))]) as g:
+        assert "Usage: sframe lookup ADDRESS" in g.cmd("help sframe")
+        assert "auto" in g.cmd("help set sframe mode")
+        g.cmd("break stop_here")
+        g.cmd("run")
+        info = g.cmd("info sframe")
+        assert "deep.noeh" in info and "SFrame v1, ABI amd64" in info and "no .eh_frame" in info
+        assert "CFA = rsp + 8; RA at CFA - 8; FP not saved" in g.cmd("info sframe $pc")
+        assert "FDE [" in g.cmd("sframe lookup f4")
+        out = g.cmd("info sframe 0x10")
+        _no_python_errors(out)
+        assert "no objfile with a .sframe section covers 0x10" in out
+        out = g.cmd("sframe lookup")
+        _no_python_errors(out)
+        assert "an address is required" in out
+        assert "Undefined" in g.cmd("set sframe mode sometimes") or "Requires" in g.cmd(
+            "set sframe mode sometimes")
+
+
+def test_missing_pyelftools_is_one_line(gdb_path: str, tmp_path: Path) -> None:
+    """Outside the checkout (no .venv beside it), with no pyelftools, one clear line."""
+    probe = subprocess.run([gdb_path, "-nx", "-q", "-batch", "-ex",
+                            "python import elftools"], capture_output=True, text=True)
+    if probe.returncode == 0 and not probe.stderr.strip():
+        pytest.skip("this gdb's Python has pyelftools installed")
+    shutil.copy(PLUGIN, tmp_path / "sframe_gdb.py")
+    (tmp_path / "sframe_core").symlink_to(PLUGIN.parent / "sframe_core")
+    out = subprocess.run([gdb_path, "-nx", "-q", "-batch", "-ex", f"source {tmp_path}/sframe_gdb.py"],
+                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    text = out.stdout + out.stderr
+    _no_python_errors(text)
+    lines = [line for line in text.splitlines() if "sframe" in line]
+    assert len(lines) == 1, text
+    assert "cannot import pyelftools; run: python3 -m pip install --user pyelftools" in lines[0]
+
+
+@pytest.mark.parametrize("mode", ["alarm", "raise"])
+def test_signal_interrupting_any_instruction(gdb_path: str, mode: str) -> None:
+    """SIGALRM lands anywhere in g2's spin loop (the interrupted PC is not a return
+    address); raise() puts libc frames between the signal frame and g2."""
+    producer = "bu2.44-v2"
+    twin = _twin_bt(gdb_path, _require(X86 / producer / "sig"), run=mode)
+    assert "<signal handler called>" in [n for _, n in twin]
+    with Gdb(gdb_path, args=[str(_require(X86 / producer / "sig.noeh"))]) as g:
+        g.cmd("break stop_here")
+        g.cmd(f"run {mode}")
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        got = _key(parse_bt(text))
+        if mode == "alarm":  # where the timer hits in g2 differs from run to run
+            assert [n for _, n in got] == [n for _, n in twin]
+        else:
+            assert got == twin
+
+
+def test_realigned_stack(gdb_path: str) -> None:
+    """A DRAP-realigned frame: only SFrame v3 (flex FDE) describes it."""
+    producer = "busid-v3"
+    twin = _twin_bt(gdb_path, _require(X86 / producer / "realign"))
+    with Gdb(gdb_path, args=[str(_require(X86 / producer / "realign.noeh"))]) as g:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        assert _key(parse_bt(text)) == twin
+
+
+def test_rerun_and_new_file(gdb_path: str) -> None:
+    """Objfiles come and go: run twice, then `file` another program, then a second inferior."""
+    v2 = X86 / "bu2.44-v2"
+    deep_twin = _twin_bt(gdb_path, _require(v2 / "deep"))
+    uselib_twin = _twin_bt(gdb_path, _require(v2 / "uselib"))
+    with Gdb(gdb_path, args=[str(_require(v2 / "deep.noeh"))]) as g:
+        g.cmd("break stop_here")
+        for _ in range(2):
+            g.cmd("run")
+            assert _key(g.bt()) == deep_twin
+        g.cmd("kill")
+        g.cmd(f"file {_require(v2 / 'uselib-libnoeh' / 'uselib')}")
+        g.cmd("run")
+        assert _key(g.bt()) == uselib_twin
+        assert "libsf.so" in g.cmd("info sframe")
+        g.cmd("add-inferior")
+        g.cmd("inferior 2")
+        g.cmd(f"file {v2 / 'deep.noeh'}")
+        g.cmd("run")
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        assert _key(parse_bt(text)) == deep_twin
+        g.cmd("inferior 1")
+        assert _key(g.bt()) == uselib_twin
+
+
+def test_cli_gdbinit_line_loads(gdb_path: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "sframe_core", "gdbinit"], capture_output=True,
+                         text=True, cwd=str(PLUGIN.parent))
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.startswith("source "))
+    assert line == f"source {PLUGIN}"
+    with Gdb(gdb_path, plugin=False) as g:
+        assert "sframe: SFrame unwinder ready" in g.cmd(line)
