@@ -168,7 +168,8 @@ class ModuleTable:
 
         by_path: dict[str, list[Mapping]] = {}
         for m in mappings:
-            if m.path.startswith("/") and not m.path.startswith("/dev/") and "(deleted)" not in m.path:
+            # Pseudo-files ([vdso], [heap]), devices and deleted files have no ELF to read.
+            if m.path and not m.path.startswith(("[", "/dev/")) and "(deleted)" not in m.path:
                 by_path.setdefault(m.path, []).append(m)
         modules = []
         for path, maps in by_path.items():

@@ -1,0 +1,389 @@
+"""Cross-architecture tests under qemu-user: aarch64 (v1, v2, v3, PAC key A and
+key B) and s390x (v3), with gdb-multiarch, gdb 18, lldb 23 and ``sframe
+backtrace --core``. See docs/cross.md.
+
+The oracle is always the fixture's twin (same code addresses, plus
+``.eh_frame``) under the same debugger at the same breakpoint. The twin of a
+PAC fixture cannot be unwound by gdb under qemu-user 7.2 (its gdbstub has no
+pauth registers, so gdb keeps the signed return address of f2); there the
+frames from the first signed PC on come from lldb with
+``target.process.virtual-addressable-bits 48``, after checking that gdb and lldb
+agree on the frames before it.
+
+When qemu-user or a debugger is missing the tests skip, or fail when
+``CI=true`` or ``SFRAME_REQUIRE_DEBUGGERS=1``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FIXTURES, Entry, manifest_params, require
+from qemutools import (
+    AARCH64_VA_BITS,
+    DEBUGGERS,
+    GDB_PLUGIN,
+    LLDB_PLUGIN,
+    Frame,
+    QemuStub,
+    Trace,
+    gdb_core,
+    gdb_live,
+    guest_core,
+    has_pac_bits,
+    lldb_live,
+    missing,
+    parse_lldb_frames,
+    sframe_cli_core,
+    strip_pac,
+    tool,
+)
+
+pytestmark = [pytest.mark.gdb, pytest.mark.slow]
+
+# deep: main -> f1 -> f2 -> f3 -(tail call)-> f4 -> stop_here; f3 is not a frame.
+PROGRAM = ["stop_here", "f4", "f2", "f1", "main"]
+# deep abort / segv, from f4 on (abort: libc's abort -> raise -> pthread_kill above f4)
+FROM_F4 = ["f4", "f2", "f1", "main"]
+
+
+def _is_deep(arch: str) -> Any:
+    return lambda e: e["arch"] == arch and e["program"] == "deep" and e["variant"] == "twin"
+
+
+AARCH64 = manifest_params(_is_deep("aarch64"))
+S390X = manifest_params(_is_deep("s390x"))
+ALL = manifest_params(lambda e: _is_deep("aarch64")(e) or _is_deep("s390x")(e))
+
+
+def twin_noeh(entry: Entry) -> tuple[Path, Path]:
+    twin = FIXTURES / entry["path"]
+    noeh = twin.with_name(twin.name + ".noeh")
+    assert twin.is_file() and noeh.is_file(), f"missing fixture {twin} or {noeh}"
+    return twin, noeh
+
+
+def gdb_multiarch() -> str:
+    return tool("gdb-multiarch")
+
+
+def need_plugin(path: Path) -> None:
+    if not path.exists():
+        pytest.fail(f"{path} does not exist (the adapter under test)")
+
+
+def fmt(title: str, trace: Trace) -> str:
+    return f"{title}:\n{trace.show()}"
+
+
+def any_lldb() -> str:
+    """Some lldb (for the PAC oracle: any version strips PACs given the VA size)."""
+    for name in ("lldb-23", "lldb-22", "lldb-21", "lldb"):
+        candidate = DEBUGGERS / name
+        if candidate.is_file():
+            return str(candidate)
+    return tool("lldb-23")
+
+
+def lldb_oracle_frames(output: str) -> list[Frame]:
+    frames = parse_lldb_frames(output, start="(lldb) bt")
+    return [Frame(f.pc, f.name.split(" + ")[0] if f.name else None) for f in frames]
+
+
+def resolve_pac(gdb_trace: Trace, entry: Entry, lldb_frames: Any) -> Trace:
+    """Complete a twin trace that stops at a PAC-signed PC with lldb's frames.
+
+    ``lldb_frames()`` returns lldb's frames of the same stop. Returns the
+    gdb trace itself when no frame has a signed PC.
+    """
+    signed = next((i for i, f in enumerate(gdb_trace.frames) if has_pac_bits(f.pc)), None)
+    failed = gdb_trace.end.startswith("error") or gdb_trace.end.startswith("(no FRAME-END")
+    if signed is None and not failed:
+        return gdb_trace
+    assert entry["pac"], f"gdb cannot unwind a non-PAC twin:\n{gdb_trace.show()}\n{gdb_trace.output[-3000:]}"
+    frames, command = lldb_frames()
+    good = len(gdb_trace.frames) if signed is None else signed
+    assert len(frames) > good, f"lldb oracle too short: {frames}\n{command}"
+    assert frames[:good] == gdb_trace.frames[:good], (
+        f"gdb and lldb disagree on the twin:\n{gdb_trace.show()}\nlldb: {frames}\n{command}")
+    if signed is not None:
+        assert frames[signed].pc == strip_pac(gdb_trace.frames[signed].pc), (
+            f"lldb's frame #{signed} is not gdb's with the PAC stripped: {frames}\n{gdb_trace.show()}")
+    return Trace(frames, "lldb", "", f"{gdb_trace.command}\n  then {command}",
+                 extra={"gdb_good_frames": good, "gdb": gdb_trace})
+
+
+_ORACLES: dict[tuple[str, str], Trace] = {}
+
+
+def live_oracle(entry: Entry, arch: str, gdb: str, workdir: Path) -> Trace:
+    """The twin's frames at ``break stop_here`` under ``gdb`` (cached per session)."""
+    twin, _ = twin_noeh(entry)
+    key = (gdb, str(twin))
+    if key in _ORACLES:
+        return _ORACLES[key]
+    stub = QemuStub(arch, twin, cwd=workdir).start()
+    try:
+        trace = gdb_live(gdb, stub, twin, workdir, plugin=False)
+    finally:
+        stub.close()
+    assert trace.frames, f"gdb on the twin gave no frames\n{trace.output[-3000:]}\n{trace.command}"
+
+    def from_lldb() -> tuple[list[Frame], str]:
+        lldb = any_lldb()
+        bp = f"breakpoint set -a {trace.frames[0].pc:#x}"  # the same stop as gdb's
+        stub = QemuStub(arch, twin, cwd=workdir).start()
+        try:
+            out, command = lldb_live(
+                lldb, stub, twin, workdir, breakpoint=[bp], commands=["bt"],
+                before=[f"settings set target.process.virtual-addressable-bits {AARCH64_VA_BITS}"])
+        finally:
+            stub.close()
+        return lldb_oracle_frames(out), command
+
+    trace = resolve_pac(trace, entry, from_lldb)
+    assert trace.names[:len(PROGRAM)] == PROGRAM, fmt("twin oracle is not the expected chain", trace)
+    _ORACLES[key] = trace
+    return trace
+
+
+# -- 1, 2: gdb-multiarch on a live qemu-user guest --------------------------------
+
+
+def check_gdb_live(entry: Entry, arch: str, tmp_path: Path, record: Any) -> None:
+    gdb = gdb_multiarch()
+    need_plugin(GDB_PLUGIN)
+    _, noeh = twin_noeh(entry)
+    want = live_oracle(entry, arch, gdb, tmp_path)
+
+    stub = QemuStub(arch, noeh, cwd=tmp_path).start()
+    try:
+        plain = gdb_live(gdb, stub, noeh, tmp_path, plugin=False)
+    finally:
+        stub.close()
+    stub = QemuStub(arch, noeh, cwd=tmp_path).start()
+    try:
+        got = gdb_live(gdb, stub, noeh, tmp_path, plugin=True, after_stop=["info sframe"])
+    finally:
+        stub.close()
+
+    record("without_plugin", [str(f) for f in plain.frames])
+    assert "warning: sframe" not in got.output, got.output[-3000:]
+    assert got.frames == want.frames, (
+        f"{fmt('with the plugin (.noeh)', got)}\n{fmt('expected (twin)', want)}\n"
+        f"gdb output:\n{got.output[-3000:]}")
+    assert got.names[:len(PROGRAM)] == PROGRAM
+    if arch == "aarch64":
+        # gdb 13-18's aarch64 prologue analyser stops at f4 (measured: stop_here,
+        # f4, then "previous frame identical to this frame"): the fixture proves
+        # something only because of this.
+        assert plain.frames != want.frames, fmt("gdb already unwinds .noeh without the plugin", plain)
+    # s390x: gdb's prologue analyser alone already gets every frame of this
+    # program right (see docs/cross.md), so the proof there is
+    # test_gdb18_sframe_without_prologue_analyser.
+
+
+@pytest.mark.parametrize("entry", AARCH64)
+def test_gdb_aarch64_live(entry: Entry | None, tmp_path: Path, record_property: Any) -> None:
+    check_gdb_live(require(entry), "aarch64", tmp_path, record_property)
+
+
+@pytest.mark.parametrize("entry", S390X)
+def test_gdb_s390x_live(entry: Entry | None, tmp_path: Path, record_property: Any) -> None:
+    check_gdb_live(require(entry), "s390x", tmp_path, record_property)
+
+
+# gdb >= 16 can switch its prologue analyser off: then every frame of the
+# program must come from the sframe unwinder, on both architectures.
+PROLOGUE = {"aarch64": "aarch64 prologue", "s390x": "s390 prologue"}
+
+
+@pytest.mark.parametrize("entry", ALL)
+def test_gdb18_sframe_without_prologue_analyser(entry: Entry | None, tmp_path: Path) -> None:
+    entry = require(entry)
+    arch = entry["arch"]
+    gdb = str(DEBUGGERS / "gdb-18")
+    if not Path(gdb).is_file():
+        missing(f"{gdb} not found (scripts/setup.sh installs gdb 18)")
+    need_plugin(GDB_PLUGIN)
+    _, noeh = twin_noeh(entry)
+    want = live_oracle(entry, arch, gdb_multiarch(), tmp_path)
+    disable = [f'maint frame-unwinder disable -name "{PROLOGUE[arch]}"']
+
+    stub = QemuStub(arch, noeh, cwd=tmp_path).start()
+    try:
+        got = gdb_live(gdb, stub, noeh, tmp_path, plugin=True, before=disable)
+    finally:
+        stub.close()
+    # libc's start code has no SFrame (Debian's libc.a is not built with it), so
+    # with no prologue analyser the walk ends after main.
+    n = len(PROGRAM)
+    assert got.frames[:n] == want.frames[:n], (
+        f"{fmt('gdb 18, plugin, no prologue analyser', got)}\n{fmt('expected (twin)', want)}\n"
+        f"{got.output[-3000:]}")
+    assert len(got.frames) == n, fmt("frames past main without unwind info?", got)
+
+    stub = QemuStub(arch, noeh, cwd=tmp_path).start()
+    try:
+        plain = gdb_live(gdb, stub, noeh, tmp_path, plugin=False, before=disable)
+    finally:
+        stub.close()
+    assert plain.frames[:n] != want.frames[:n], fmt("gdb 18 unwinds without any unwinder?", plain)
+
+
+# -- 3: sframe backtrace --core on qemu-user guest cores ----------------------------
+
+
+def core_oracle(entry: Entry, mode: str, tmp_path: Path) -> Trace:
+    twin, _ = twin_noeh(entry)
+    core = guest_core("aarch64", twin, mode, tmp_path / "twin")
+    trace = gdb_core(gdb_multiarch(), twin, core, tmp_path)
+    assert trace.frames, f"gdb read no frame from the twin's core\n{trace.output[-3000:]}\n{trace.command}"
+
+    def from_lldb() -> tuple[list[Frame], str]:
+        lldb = any_lldb()
+        cmd = [lldb, "--no-lldbinit", "-b",
+               "-o", f"settings set target.process.virtual-addressable-bits {AARCH64_VA_BITS}",
+               "-o", f"target create {twin} --core {core}", "-o", "bt"]
+        from qemutools import repro, run
+        proc = run(cmd, cwd=tmp_path)
+        return lldb_oracle_frames(proc.stdout + proc.stderr), repro(cmd, tmp_path)
+
+    return resolve_pac(trace, entry, from_lldb)
+
+
+@pytest.mark.parametrize("reader", ["sframe-cli", "gdb-plugin"])
+@pytest.mark.parametrize("mode", ["segv", "abort"])
+@pytest.mark.parametrize("entry", AARCH64)
+def test_core_aarch64(entry: Entry | None, mode: str, reader: str, tmp_path: Path) -> None:
+    """A qemu-user core of ``deep.noeh MODE`` read by ``sframe backtrace --core``
+    (sframe-cli) or by gdb-multiarch with sframe_gdb.py (gdb-plugin).
+
+    segv faults in f4 itself; abort dies three libc frames above f4
+    (pthread_kill <- raise <- abort), in code that has no SFrame and, in
+    ``.noeh``, no .eh_frame either.
+    """
+    entry = require(entry)
+    _, noeh = twin_noeh(entry)
+    want = core_oracle(entry, mode, tmp_path)
+    assert "f4" in want.names, fmt("twin core oracle has no f4", want)
+    start = want.names.index("f4")
+    assert want.names[start:start + len(FROM_F4)] == FROM_F4, fmt("twin core oracle", want)
+
+    core = guest_core("aarch64", noeh, mode, tmp_path / "noeh")
+    if reader == "gdb-plugin":
+        need_plugin(GDB_PLUGIN)
+        got = gdb_core(gdb_multiarch(), noeh, core, tmp_path, plugin=True)
+        assert "warning: sframe" not in got.output, got.output[-3000:]
+        if got.pcs != want.pcs:
+            pytest.fail(f"{fmt('gdb + plugin on the .noeh core', got)}\n{fmt('expected (twin core)', want)}"
+                        f"\n{got.output[-2000:]}", pytrace=False)
+        drop_cores(tmp_path)
+        return
+    got = sframe_cli_core(core, noeh, tmp_path)
+    assert got.frames, fmt("sframe backtrace printed no frame", got)
+    if mode == "abort":
+        # The signal hit inside libc's pthread_kill, which in a static .noeh
+        # binary has no unwind information of any kind: the walk must stop at
+        # frame 0 and say so (gdb's prologue analyser guesses on; we do not).
+        assert got.pcs == want.pcs[:1], fmt("sframe backtrace --core", got)
+        assert got.end.startswith("no_info: no unwind information covers this PC"), got.end
+        drop_cores(tmp_path)
+        return
+    # Every frame it prints must be the twin's, and it must get at least to
+    # main. (Past main it stops in libc's start code, which has no unwind info
+    # at all in .noeh: "no unwind information covers this PC".)
+    if got.pcs != want.pcs[:len(got.pcs)]:
+        pytest.fail(f"{fmt('sframe backtrace --core', got)}\n{fmt('expected (twin core)', want)}",
+                    pytrace=False)
+    if len(got.frames) < start + len(FROM_F4):
+        pytest.fail(f"sframe backtrace --core stops before main:\n{fmt('sframe backtrace --core', got)}\n"
+                    f"{fmt('expected (twin core)', want)}", pytrace=False)
+    drop_cores(tmp_path)
+
+
+def drop_cores(directory: Path) -> None:
+    """Delete a passed test's cores (8.5 MB each; pytest keeps 3 runs of tmp dirs).
+    A failed test keeps them: its message names them in the repro commands."""
+    for core in directory.rglob("qemu_*.core"):
+        core.unlink()
+
+
+# -- 4: lldb 23 with the plugin over gdb-remote --------------------------------------
+
+
+# lldb + plugin on these programs takes < 1 s; a session that hangs is not retried
+# for the other fixtures of the same lldb (it would cost LLDB_TIMEOUT each).
+LLDB_TIMEOUT = 10.0
+_LLDB_HUNG: dict[str, str] = {}
+# (lldb, command): lldb 21 has no scripted frame providers, so plain ``bt`` is
+# only checked on 22 and 23, where it goes through the plugin's frame provider.
+LLDB_CASES = [("lldb-21", "sframe bt"), ("lldb-22", "sframe bt"), ("lldb-22", "bt"),
+              ("lldb-23", "sframe bt"), ("lldb-23", "bt")]
+
+
+@pytest.mark.lldb
+@pytest.mark.parametrize("lldb_name,command", LLDB_CASES, ids=[f"{n}-{c.replace(' ', '_')}"
+                                                              for n, c in LLDB_CASES])
+@pytest.mark.parametrize("entry", ALL)
+def test_lldb_live(entry: Entry | None, lldb_name: str, command: str, tmp_path: Path) -> None:
+    """lldb + lldb_plugin over gdb-remote to qemu-user, stopped where gdb stops."""
+    entry = require(entry)
+    arch = entry["arch"]
+    lldb = tool(lldb_name)
+    need_plugin(LLDB_PLUGIN / "__init__.py")
+    _, noeh = twin_noeh(entry)
+    want = live_oracle(entry, arch, gdb_multiarch(), tmp_path)
+    bp = f"breakpoint set -a {want.frames[0].pc:#x}"  # gdb's stop (after its prologue skip)
+
+    if lldb_name in _LLDB_HUNG:
+        pytest.fail(f"not run: an earlier {lldb_name} session with the plugin hung "
+                    f"({_LLDB_HUNG[lldb_name]})", pytrace=False)
+    stub = QemuStub(arch, noeh, cwd=tmp_path).start()
+    try:
+        out, repro_cmd = lldb_live(lldb, stub, noeh, tmp_path, breakpoint=[bp], timeout=LLDB_TIMEOUT,
+                                   before=[f"command script import {LLDB_PLUGIN}"],
+                                   commands=[command, "sframe status"])
+    except pytest.fail.Exception as exc:
+        if "timed out" in str(exc):
+            _LLDB_HUNG[lldb_name] = entry["path"]
+        raise
+    finally:
+        stub.close()
+    got = [f.pc for f in parse_lldb_frames(out, start=f"(lldb) {command}", first_pc=want.pcs[0])]
+    detail = (f"repro: {repro_cmd}\noutput:\n{out[-4000:]}\n"
+              f"got: {[hex(pc) for pc in got]}\nexpected (twin):\n{want.show()}")
+    assert "Traceback" not in out and "sframe: cannot load" not in out, detail
+    if command == "sframe bt" or arch == "s390x":
+        # ``sframe bt`` walks SFrame only: it ends in libc's start code, which
+        # has none (__libc_start_call_main is its last frame). On s390x lldb's
+        # own unwinder cannot go on from there either (alone it stops at #0).
+        n = len(PROGRAM)
+        if not (got == want.pcs[:len(got)] and len(got) >= n):
+            pytest.fail(f"{command} is not the twin's chain through main\n{detail}", pytrace=False)
+    elif got != want.pcs:
+        # plain bt on aarch64: lldb alone unwinds libc's start code (it does
+        # without the plugin), so the provider must not lose those frames.
+        pytest.fail(f"bt (frame provider) is not the twin's chain\n{detail}", pytrace=False)
+
+
+@pytest.mark.lldb
+@pytest.mark.parametrize("entry", S390X)
+def test_lldb_s390x_without_plugin_stops(entry: Entry | None, tmp_path: Path) -> None:
+    """What the lldb tests prove on s390x: lldb alone gives frame #0 only."""
+    entry = require(entry)
+    lldb = any_lldb()
+    _, noeh = twin_noeh(entry)
+    want = live_oracle(entry, "s390x", gdb_multiarch(), tmp_path)
+    stub = QemuStub("s390x", noeh, cwd=tmp_path).start()
+    try:
+        out, repro_cmd = lldb_live(lldb, stub, noeh, tmp_path, timeout=LLDB_TIMEOUT,
+                                   breakpoint=[f"breakpoint set -a {want.pcs[0]:#x}"], commands=["bt"])
+    finally:
+        stub.close()
+    got = [f.pc for f in parse_lldb_frames(out, start="(lldb) bt", first_pc=want.pcs[0])]
+    assert got, f"lldb did not stop at {want.pcs[0]:#x}\n{repro_cmd}\n{out[-3000:]}"
+    # measured with lldb 21-23: frame #0 only
+    assert len(got) < len(PROGRAM), f"lldb unwinds s390x .noeh alone now: {got}\n{repro_cmd}"
