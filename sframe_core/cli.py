@@ -257,6 +257,21 @@ def run_gdbinit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_lldbinit(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+@command("lldbinit", "print the ~/.lldbinit line that loads the LLDB plugin", _configure_lldbinit)
+def run_lldbinit(args: argparse.Namespace) -> int:
+    try:
+        from lldb_plugin import lldbinit_line
+    except ImportError as exc:
+        raise CommandFailed(f"the lldb_plugin package is not installed beside sframe_core: {exc}"
+                            ) from None
+    sys.stdout.write(lldbinit_line() + "\n")
+    return 0
+
+
 # -- main -------------------------------------------------------------------
 
 

@@ -1,0 +1,64 @@
+"""sframe-gdb's LLDB adapter: ``command script import /path/to/lldb_plugin``.
+
+On import it makes ``sframe_core`` and pyelftools importable (see
+``bootstrap``), adds the ``sframe`` command (``bt``, ``info``, ``lookup``,
+``status``) and, where LLDB has scripted frame providers (22+), registers
+one so that plain ``bt``/``up``/``down``/``frame select`` use SFrame where
+``.eh_frame`` is missing. Importing it twice is harmless. All the unwinding
+is ``sframe_core``'s; this package only talks to LLDB.
+"""
+
+from __future__ import annotations
+
+__all__ = ["__lldb_init_module", "LLDBINIT_LINE", "lldbinit_line"]
+
+import os as _os
+
+_PACKAGE_DIR = _os.path.dirname(_os.path.abspath(__file__))
+
+
+def lldbinit_line() -> str:
+    """The line to put in ``~/.lldbinit`` to load this copy of the plugin."""
+    return f"command script import {_PACKAGE_DIR}"
+
+
+LLDBINIT_LINE = lldbinit_line()
+
+
+def _error(debugger, text: str) -> None:  # type: ignore[no-untyped-def]
+    try:
+        import sys
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def __lldb_init_module(debugger, internal_dict) -> None:  # type: ignore[no-untyped-def]
+    try:
+        from . import bootstrap
+        bootstrap.ensure()
+        problem = bootstrap.missing()
+        if problem is not None:
+            _error(debugger, problem)
+            return
+        from .commands import SFrameCommand  # noqa: F401 - must import before registering
+        name = f"{__name__}.commands.SFrameCommand"
+        result = _run(debugger, f"command script add -o -c {name} sframe")
+        if result is not None:
+            _error(debugger, f"sframe: could not add the 'sframe' command: {result}")
+            return
+        from . import registry
+        registry.install(debugger)
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback
+        _error(debugger, f"sframe: cannot load: {type(exc).__name__}: {exc}")
+
+
+def _run(debugger, command: str) -> str | None:  # type: ignore[no-untyped-def]
+    """Run an LLDB command quietly; None on success, else its error text."""
+    import lldb
+    result = lldb.SBCommandReturnObject()
+    debugger.GetCommandInterpreter().HandleCommand(command, result)
+    if result.Succeeded():
+        return None
+    return (result.GetError() or "failed").strip()

@@ -1,0 +1,171 @@
+"""Registering the frame provider for the current target and later ones.
+
+LLDB 22/23 register providers per target (``SBTarget.RegisterScriptedFrameProvider``);
+the dummy target's providers are not copied into new targets, but its
+stop-hooks are. So the plugin registers on every existing target at import
+and adds a scripted stop-hook (to the dummy target when no target exists yet)
+that registers on the target it fires in. The hook also fires at a launch's
+initial stop, before the first user-visible stop, which matters on 22.1.0:
+there a provider registered while stopped only takes effect at the next stop.
+For a core file (no stop at all) the provider is registered when the plugin
+is imported or ``sframe`` runs; on 22.1.0 use ``sframe bt`` there.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import lldb
+
+from . import state as provider_state
+from .target import warn
+
+__all__ = ["supported", "register", "install", "status", "StopHook"]
+
+# Survives a re-import of the package (only lldb_plugin/__init__.py is reloaded).
+_ids: dict[object, int] = {}
+_hooked: set[object] = set()
+_said_unsupported = False
+
+
+def supported() -> bool:
+    """Feature detection: the provider base class and the SB registration call exist."""
+    if not hasattr(lldb.SBTarget, "RegisterScriptedFrameProvider"):
+        return False
+    try:
+        importlib.import_module("lldb.plugins.scripted_frame_provider")
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def _key(target: lldb.SBTarget) -> object:
+    return target.GetGloballyUniqueID() if hasattr(target, "GetGloballyUniqueID") else id(target)
+
+
+def is_core(target: lldb.SBTarget) -> bool:
+    process = target.GetProcess()
+    if not process.IsValid():
+        return False
+    name = process.GetPluginName() if hasattr(process, "GetPluginName") else ""
+    return "core" in (name or "").lower()
+
+
+def say_unsupported() -> None:
+    global _said_unsupported
+    if not _said_unsupported:
+        _said_unsupported = True
+        warn("this LLDB has no scripted frame providers: plain 'bt' is unchanged; "
+             "use 'sframe bt' for SFrame backtraces")
+
+
+def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
+    """Register the provider on ``target`` once; its id, or None."""
+    if not supported() or target is None or not target.IsValid():
+        return None
+    key = _key(target)
+    if key in _ids:
+        return _ids[key]
+    if is_core(target):
+        # With a core, LLDB 23.1.0 computed frames on a second thread and the
+        # next 'bt' deadlocked (registered from the stop-hook as the core
+        # loaded, or later). 22.1.0 worked, but a hang is never acceptable.
+        warn("core file: plain 'bt' is not changed; use 'sframe bt'")
+        _ids[key] = 0
+        return None
+    from .provider import CLASS_NAME, SFrameFrameProvider
+    error = lldb.SBError()
+    before = SFrameFrameProvider.instances
+    ident = target.RegisterScriptedFrameProvider(CLASS_NAME, lldb.SBStructuredData(), error)
+    if not error.Success() or not ident:
+        warn(f"could not register the frame provider: {error.GetCString() or 'unknown error'}")
+        return None
+    _ids[key] = ident
+    if check_now:
+        process = target.GetProcess()
+        if process.IsValid() and process.GetState() in (lldb.eStateStopped, lldb.eStateCrashed):
+            thread = process.GetSelectedThread()
+            if thread.IsValid():
+                thread.GetFrameAtIndex(0)
+                thread.GetFrameAtIndex(1)
+                if SFrameFrameProvider.instances == before:
+                    warn("frame provider registered; this LLDB applies it from the next stop "
+                         "on: use 'sframe bt' for the current one")
+    return ident
+
+
+class StopHook:
+    """``target stop-hook add -P lldb_plugin.registry.StopHook``: register at each stop."""
+
+    def __init__(self, target: lldb.SBTarget, extra_args: lldb.SBStructuredData,
+                 internal_dict: dict) -> None:
+        pass
+
+    def handle_stop(self, exe_ctx: lldb.SBExecutionContext, stream: lldb.SBStream) -> bool:
+        try:
+            target = exe_ctx.GetTarget()
+            if target.IsValid() and _key(target) not in _ids:
+                # LLDB 23 runs the new provider at once, inside this hook, where
+                # reading an input frame's registers can hang: pass through then.
+                provider_state.in_stop_hook = True
+                try:
+                    register(target)
+                finally:
+                    provider_state.in_stop_hook = False
+        except Exception as exc:  # noqa: BLE001
+            warn(f"stop-hook: {type(exc).__name__}: {exc}")
+        return True
+
+
+def _add_stop_hook(debugger: lldb.SBDebugger, target: lldb.SBTarget | None,
+                   key: object = None) -> None:
+    """Add the hook to ``target`` (selected), or to the dummy target when None."""
+    if key is None:
+        key = "dummy" if target is None else ("t", _key(target))
+    if key in _hooked:
+        return
+    result = lldb.SBCommandReturnObject()
+    interp = debugger.GetCommandInterpreter()
+    previous = debugger.GetSelectedTarget()
+    if target is not None:
+        debugger.SetSelectedTarget(target)
+    interp.HandleCommand(f"target stop-hook add -P {__name__}.StopHook", result)
+    if target is not None and previous.IsValid():
+        debugger.SetSelectedTarget(previous)
+    if result.Succeeded():
+        _hooked.add(key)
+    else:
+        warn(f"could not add the stop-hook: {(result.GetError() or '').strip()}")
+
+
+def install(debugger: lldb.SBDebugger) -> None:
+    """Register on every existing target and arrange it for targets created later."""
+    if not supported():
+        say_unsupported()
+        return
+    count = debugger.GetNumTargets()
+    if count == 0:
+        _add_stop_hook(debugger, None)
+        return
+    # The dummy target can only be reached while no target exists: targets
+    # created after this point need 'sframe enable' (or the plugin loaded
+    # from ~/.lldbinit, before any target).
+    for i in range(count):
+        target = debugger.GetTargetAtIndex(i)
+        register(target, check_now=True)
+        if "dummy" not in _hooked:
+            _add_stop_hook(debugger, target)
+
+
+def status(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> str:
+    if not supported():
+        return ("frame provider: not available in this LLDB (no scripted frame providers); "
+                "'sframe bt' works")
+    if target is None or not target.IsValid():
+        return "frame provider: will be registered for targets created from now on"
+    ident = _ids.get(_key(target))
+    if not ident and is_core(target):
+        return "frame provider: not used for core files (plain 'bt' is unchanged); use 'sframe bt'"
+    if not ident:
+        return "frame provider: not registered for this target"
+    return f"frame provider: registered for this target (id {ident})"

@@ -1,0 +1,258 @@
+"""What the core needs from LLDB: modules, memory, registers (SB API only).
+
+Nothing here knows the SFrame format or how to unwind; it turns an
+``SBTarget`` into a ``sframe_core.modules.ModuleTable`` (section bytes from
+``SBSection.GetSectionData``, which works for core files; bias = load
+address - file address), an ``SBProcess`` into a ``Memory`` and an
+``SBFrame`` into a register map by DWARF number (names from ``abi.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+import lldb
+
+from sframe_core.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
+from sframe_core.errors import SFrameError
+from sframe_core.modules import Module, ModuleTable
+from sframe_core.unwind import Frame
+
+__all__ = ["TargetInfo", "ProcessMemory", "info_for", "frame_registers", "warn_once", "warn",
+           "arch_for_triple", "INVALID"]
+
+INVALID = getattr(lldb, "LLDB_INVALID_ADDRESS", 0xFFFF_FFFF_FFFF_FFFF)
+PAGE = 4096
+
+_reported: set[object] = set()
+
+
+def warn(text: str) -> None:
+    """One line on LLDB's error stream (the embedded interpreter's stderr)."""
+    try:
+        sys.stderr.write(f"sframe: {text}\n")
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - nowhere left to say it
+        pass
+
+
+def warn_once(key: object, text: str) -> None:
+    if key in _reported:
+        return
+    _reported.add(key)
+    warn(text)
+
+
+def arch_for_triple(triple: str) -> Arch | None:
+    cpu = (triple or "").split("-", 1)[0].lower()
+    if cpu in ("x86_64", "amd64", "x86_64h"):
+        return AMD64
+    if cpu in ("aarch64", "arm64"):
+        return AARCH64_LE
+    if cpu in ("aarch64_be", "arm64_be"):
+        return AARCH64_BE
+    if cpu == "s390x":
+        return S390X
+    return None
+
+
+class ProcessMemory:
+    """``Memory`` over ``SBProcess.ReadMemory``, with a page cache for one stop."""
+
+    def __init__(self, process: lldb.SBProcess) -> None:
+        self.process = process
+        self._pages: dict[int, bytes | None] = {}
+
+    def _raw(self, address: int, size: int) -> bytes | None:
+        error = lldb.SBError()
+        data = self.process.ReadMemory(address, size, error)
+        if not error.Success() or data is None or len(data) != size:
+            return None
+        return bytes(data)
+
+    def read(self, address: int, size: int) -> bytes | None:
+        if address < 0 or size <= 0:
+            return None
+        page = address & ~(PAGE - 1)
+        if address + size <= page + PAGE:
+            if page not in self._pages:
+                self._pages[page] = self._raw(page, PAGE)
+            chunk = self._pages[page]
+            if chunk is not None:
+                return chunk[address - page: address - page + size]
+        return self._raw(address, size)
+
+
+def _section_loader(section: lldb.SBSection, target: lldb.SBTarget
+                    ) -> Callable[[], tuple[bytes, int] | None]:
+    def load() -> tuple[bytes, int] | None:
+        load_address = section.GetLoadAddress(target)
+        if load_address == INVALID:
+            return None
+        data = section.GetSectionData()
+        error = lldb.SBError()
+        raw = data.ReadRawData(error, 0, data.GetByteSize()) if data.GetByteSize() else b""
+        if not error.Success() or not raw:
+            raise SFrameError(f"cannot read .sframe: {error.GetCString() or 'no data'}")
+        return bytes(raw), load_address
+    return load
+
+
+def _loaded_ranges(module: lldb.SBModule, target: lldb.SBTarget) -> list[tuple[int, int]]:
+    ranges = []
+    for i in range(module.GetNumSections()):
+        section = module.GetSectionAtIndex(i)
+        size = section.GetByteSize()
+        load = section.GetLoadAddress(target)
+        if size and load != INVALID:
+            ranges.append((load, load + size))
+    return ranges
+
+
+class LLDBModule(Module):
+    """A core ``Module`` plus what LLDB knows about its sections."""
+
+    has_eh_section: bool = False
+    sframe_section: lldb.SBSection | None = None
+
+    def sframe_only(self, pc: int) -> bool:
+        """SFrame covers ``pc`` and no DWARF CFI does (LLDB's unwinder has nothing)."""
+        section = self.sframe
+        if section is None or section.find_fde(pc) is None:
+            return False
+        if not self.has_eh_section:
+            return True
+        cfi = self.cfi
+        return cfi is None or not cfi.has_fde(pc)
+
+
+def _on_error(module: Module, exc: SFrameError) -> None:
+    warn_once(("module", module.name), f"{module.name}: {exc} (its unwind data is ignored)")
+
+
+class TargetInfo:
+    """The module table of one target, as loaded at one stop."""
+
+    def __init__(self, target: lldb.SBTarget) -> None:
+        self.arch = arch_for_triple(target.GetTriple())
+        modules = []
+        for module in target.module_iter():
+            built = self._module(module, target)
+            if built is not None:
+                modules.append(built)
+        self.modules: list[LLDBModule] = modules
+        self.table = ModuleTable(modules)
+
+    @staticmethod
+    def _module(module: lldb.SBModule, target: lldb.SBTarget) -> LLDBModule | None:
+        spec = module.GetFileSpec()
+        path = spec.fullpath or ""
+        ranges = _loaded_ranges(module, target)
+        if not ranges:
+            return None
+        sframe = module.FindSection(".sframe")
+        has_sframe = bool(sframe.IsValid() and sframe.GetByteSize())
+        on_disk = bool(path) and os.path.isfile(path)
+        if not has_sframe and not on_disk:
+            return None  # [vdso] and friends: LLDB's own unwinder handles them
+        if has_sframe:
+            bias = sframe.GetLoadAddress(target) - sframe.GetFileAddress()
+        else:
+            header = module.GetObjectFileHeaderAddress()
+            bias = header.GetLoadAddress(target) - header.GetFileAddress()
+        eh = module.FindSection(".eh_frame")
+        dbg = module.FindSection(".debug_frame")
+        built = LLDBModule(path or spec.GetFilename() or "?", bias, ranges,
+                           name=spec.GetFilename() or path,
+                           sources=("sframe", "eh_frame") if on_disk else ("sframe",),
+                           on_error=_on_error,
+                           sframe_loader=_section_loader(sframe, target) if has_sframe else None)
+        built.has_eh_section = bool((eh.IsValid() and eh.GetByteSize())
+                                    or (dbg.IsValid() and dbg.GetByteSize()))
+        built.sframe_section = sframe if has_sframe else None
+        return built
+
+    def module_for(self, pc: int) -> LLDBModule | None:
+        return self.table.module_for(pc)  # type: ignore[return-value]
+
+    def sframe_only(self, pc: int) -> bool:
+        module = self.module_for(pc)
+        return module is not None and module.sframe_only(pc)
+
+
+def _signature(target: lldb.SBTarget) -> tuple[object, ...]:
+    sig = []
+    for module in target.module_iter():
+        header = module.GetObjectFileHeaderAddress()
+        sig.append((module.GetFileSpec().fullpath, module.GetUUIDString(),
+                    header.GetLoadAddress(target)))
+    return tuple(sig)
+
+
+_cache: dict[object, tuple[tuple[object, ...], TargetInfo]] = {}
+
+
+def _target_key(target: lldb.SBTarget) -> object:
+    if hasattr(target, "GetGloballyUniqueID"):
+        return target.GetGloballyUniqueID()
+    return target.GetExecutable().fullpath
+
+
+def info_for(target: lldb.SBTarget) -> TargetInfo:
+    """The target's module table, rebuilt only when its module list changed."""
+    key = _target_key(target)
+    sig = _signature(target)
+    hit = _cache.get(key)
+    if hit is not None and hit[0] == sig:
+        return hit[1]
+    info = TargetInfo(target)
+    _cache[key] = (sig, info)
+    return info
+
+
+def frame_registers(frame: lldb.SBFrame, arch: Arch, *, all_registers: bool = True
+                    ) -> dict[int, int]:
+    """The frame's known registers, by DWARF number.
+
+    With ``all_registers=False`` only SP, FP and the RA
+    register are read: what SFrame rows need. Reading other registers of an
+    input frame from inside a frame provider hangs LLDB 23.1.0 (rbx, frame 0).
+    """
+    regs: dict[int, int] = {}
+    if not all_registers:
+        sp, fp = frame.GetSP(), frame.GetFP()
+        if sp != INVALID:
+            regs[arch.sp] = sp
+        if fp != INVALID:
+            regs[arch.fp] = fp
+        if arch.ra_reg is None:
+            return regs
+    wanted = None if all_registers else {arch.ra_reg}
+    for number, name in arch.reg_names:
+        if wanted is not None and number not in wanted:
+            continue
+        value = frame.FindRegister(name)
+        if not value.IsValid():
+            continue
+        error = lldb.SBError()
+        number_value = value.GetValueAsUnsigned(error, 0)
+        if error.Success():
+            regs[number] = number_value
+    if arch.sp not in regs:
+        sp = frame.GetSP()
+        if sp != INVALID:
+            regs[arch.sp] = sp
+    return regs
+
+
+def innermost(thread: lldb.SBThread, arch: Arch) -> Frame | None:
+    """Frame 0 of ``thread`` as the core sees it (interrupted: pc is the next instruction)."""
+    frame = thread.GetFrameAtIndex(0)
+    if not frame.IsValid():
+        return None
+    pc = frame.GetPC()
+    if pc == INVALID:
+        return None
+    return Frame(pc, frame_registers(frame, arch), interrupted=True)

@@ -1,0 +1,126 @@
+"""Helpers to drive a real LLDB (the lldb-for-pwndbg wrappers) with pexpect."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import pexpect
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEBUGGERS = ROOT / ".debuggers" / "bin"
+PLUGIN = ROOT / "lldb_plugin"
+FIXTURES = ROOT / "tests" / "fixtures"
+
+ANSI_RE = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[78])")
+FRAME_RE = re.compile(r"^\s*\*?\s*frame #(\d+): 0x([0-9a-f]+)(?: ([^`\s]+)(?:`(\S*))?)?", re.M)
+
+
+@dataclass(frozen=True)
+class BtFrame:
+    index: int
+    pc: int
+    module: str | None
+    name: str | None  # None where LLDB knows no symbol
+
+
+def lldb_path(version: str) -> Path:
+    """The wrapper for ``lldb-VERSION``; skips (or fails under CI=true) when missing."""
+    path = DEBUGGERS / f"lldb-{version}"
+    if not path.exists():
+        reason = f"{path} is missing (run scripts/setup.sh)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return path
+
+
+def run_lldb(version: str, commands: list[str], *, plugin: bool = True, timeout: int = 120,
+             env: dict[str, str] | None = None) -> str:
+    """Run LLDB in batch mode; the whole transcript (a hang fails the test)."""
+    args = [str(lldb_path(version)), "--no-lldbinit", "--no-use-colors", "-b",
+            "-O", "settings set show-statusline false"]
+    if plugin:
+        args += ["-o", f"command script import {PLUGIN}"]
+    for command in commands:
+        args += ["-o", command]
+    full_env = dict(os.environ)
+    full_env.pop("VIRTUAL_ENV", None)
+    full_env.update(env or {})
+    out, status = pexpect.run(" ".join(shlex.quote(a) for a in args), timeout=timeout,
+                              withexitstatus=True, env=full_env, encoding="utf-8",
+                              cwd=str(ROOT))
+    assert status is not None, f"lldb-{version} timed out:\n{out[-3000:]}"
+    return ANSI_RE.sub("", out.replace("\r\n", "\n"))
+
+
+def command_output(transcript: str, command: str, occurrence: int = -1) -> str:
+    """The output of one command of a batch transcript (``(lldb) CMD`` up to the next prompt)."""
+    parts = transcript.split(f"(lldb) {command}\n")
+    assert len(parts) > 1, f"no '{command}' in transcript:\n{transcript[-3000:]}"
+    chosen = parts[1:][occurrence]
+    return chosen.split("(lldb) ", 1)[0]
+
+
+def parse_bt(text: str) -> list[BtFrame]:
+    frames = []
+    for m in FRAME_RE.finditer(text):
+        name = m.group(4)
+        if name is not None:
+            name = re.split(r"[ (]", name, maxsplit=1)[0] or None
+        frames.append(BtFrame(int(m.group(1)), int(m.group(2), 16), m.group(3), name))
+    return frames
+
+
+def symbol_address(binary: Path, name: str) -> int:
+    """A symbol's file address, from the twin's symbol table (pyelftools)."""
+    from elftools.elf.elffile import ELFFile
+    with open(binary, "rb") as stream:
+        elf = ELFFile(stream)
+        symtab = elf.get_section_by_name(".symtab")
+        assert symtab is not None, f"{binary} has no symbols"
+        for sym in symtab.get_symbol_by_name(name) or []:
+            return int(sym["st_value"])
+    raise KeyError(name)
+
+
+def break_command(binary: Path, twin: Path, name: str = "stop_here") -> str:
+    """Breakpoint by name, or by file address in the module on a stripped binary."""
+    if binary.name.endswith(".stripped"):
+        return f"breakpoint set -a {symbol_address(twin, name):#x} -s {binary.name}"
+    return f"breakpoint set -n {name}"
+
+
+class Session:
+    """An interactive LLDB (pexpect), for command sequences that depend on output."""
+
+    PROMPT = r"\(lldb\) "
+
+    def __init__(self, version: str, *, plugin: bool = True, timeout: int = 60) -> None:
+        env = dict(os.environ)
+        env.pop("VIRTUAL_ENV", None)
+        env["TERM"] = "dumb"
+        self.child = pexpect.spawn(str(lldb_path(version)), ["--no-lldbinit", "--no-use-colors"],
+                                   env=env, encoding="utf-8", timeout=timeout, cwd=str(ROOT),
+                                   dimensions=(200, 400))
+        self.child.expect(self.PROMPT)
+        if plugin:
+            self.cmd(f"command script import {PLUGIN}")
+
+    def cmd(self, command: str) -> str:
+        self.child.sendline(command)
+        self.child.expect(self.PROMPT)
+        text = ANSI_RE.sub("", (self.child.before or "").replace("\r\n", "\n"))
+        return text.split("\n", 1)[1] if "\n" in text else ""
+
+    def close(self) -> None:
+        try:
+            self.child.sendline("quit")
+            self.child.expect(pexpect.EOF, timeout=10)
+        except Exception:  # noqa: BLE001
+            pass
+        self.child.close(force=True)
