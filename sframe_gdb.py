@@ -124,14 +124,10 @@ _PROBLEM = _setup_imports()
 
 if _PROBLEM is None:
     from sframe_core.abi import Arch
+    from sframe_core.describe import lookup_text
     from sframe_core.errors import SFrameError
     from sframe_core.modules import Module
     from sframe_core.unwind import DEFAULT_PAC_MASK, Frame, Stop, step_with_row
-
-    try:
-        from sframe_core.describe import describe_row
-    except ImportError:  # pragma: no cover - describe.py is part of the core now
-        describe_row = None  # type: ignore[assignment]
 
 
 # -- small helpers --------------------------------------------------------------
@@ -545,12 +541,7 @@ def _lookup_lines(plugin: SFrameUnwinder, address: int) -> list[str]:
         if fde is None:
             return [head, f"address 0x{address:x} is not covered by any FDE"]
         return [head, f"address 0x{address:x} is in FDE [{fde.index}] but before its first FRE"]
-    try:
-        from sframe_core.cli import lookup_text
-        lines = lookup_text(section, hit, pc=address)
-    except ImportError:  # fallback until the CLI has it
-        lines = [f"pc 0x{address:x}", f"FDE [{hit.fde.index}]: 0x{hit.fde.start:x}-0x{hit.fde.end:x}",
-                 describe_row(hit.row, section.arch) if describe_row else str(hit.row)]
+    lines = lookup_text(section, hit, pc=address)
     if entry.has_eh_frame and entry.covered_by_cfi(plugin, address):
         lines.append(f"(.eh_frame also covers this address: the sframe unwinder "
                      f"{'uses SFrame here' if plugin.mode == 'always' else 'leaves it to gdb'} "

@@ -25,7 +25,7 @@ def lldbinit_line() -> str:
 LLDBINIT_LINE = lldbinit_line()
 
 
-def _error(debugger, text: str) -> None:  # type: ignore[no-untyped-def]
+def _error(debugger, text: str) -> None:
     try:
         import sys
         sys.stderr.write(text + "\n")
@@ -34,7 +34,7 @@ def _error(debugger, text: str) -> None:  # type: ignore[no-untyped-def]
         pass
 
 
-def __lldb_init_module(debugger, internal_dict) -> None:  # type: ignore[no-untyped-def]
+def __lldb_init_module(debugger, internal_dict) -> None:
     try:
         from . import bootstrap
         bootstrap.ensure()
@@ -54,7 +54,7 @@ def __lldb_init_module(debugger, internal_dict) -> None:  # type: ignore[no-unty
         _error(debugger, f"sframe: cannot load: {type(exc).__name__}: {exc}")
 
 
-def _run(debugger, command: str) -> str | None:  # type: ignore[no-untyped-def]
+def _run(debugger, command: str) -> str | None:
     """Run an LLDB command quietly; None on success, else its error text."""
     import lldb
     result = lldb.SBCommandReturnObject()

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import lldb
 
-from sframe_core.describe import describe_row
+from sframe_core.describe import describe_row, lookup_text
 from sframe_core.errors import SFrameError
 from sframe_core.unwind import Frame, Stop, StopReason, walk
 
@@ -201,12 +201,8 @@ def lookup_lines(info: TargetInfo, target: lldb.SBTarget, pc: int) -> list[str]:
     section = module.sframe
     arch = info.arch
     hit = section.lookup(pc) if section is not None else None
-    if hit is not None:
-        try:
-            from sframe_core.cli import lookup_text
-            lines += ["  " + line for line in lookup_text(section, hit, pc=pc)[1:]]
-        except ImportError:
-            lines.append("  sframe: " + describe_row(hit.row, section.arch))
+    if section is not None and hit is not None:
+        lines += ["  " + line for line in lookup_text(section, hit, pc=pc)[1:]]
     elif section is not None:
         lines.append("  sframe: no FDE covers this address")
     else:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import lldb
 from lldb.plugins.scripted_frame_provider import ScriptedFrameProvider
 
+from sframe_core.abi import Arch
 from sframe_core.unwind import Frame, Stop, StopReason, walk
 
 from . import state
@@ -34,6 +35,9 @@ DESCRIPTION = "SFrame unwinder (sframe-gdb): frames where .eh_frame is missing"
 # Ends of a walk that are not worth a message: the stack really ends there,
 # or nothing describes the code (the native unwinder would not do better).
 NORMAL_ENDS = (StopReason.OUTERMOST, StopReason.RA_ZERO, StopReason.NO_INFO)
+# How many of LLDB's input frames above the take-over point are read (before
+# any frame is returned) to find the frame where the core's walk stopped.
+RESYNC_SEARCH = 256
 
 
 class SFrameFrameProvider(ScriptedFrameProvider):
@@ -102,24 +106,33 @@ class SFrameFrameProvider(ScriptedFrameProvider):
     def _generate(self) -> Iterator[int | dict[str, int]]:
         if self.input_frames is None or self.target is None or self.process is None:
             return
+        # Every SB call on LLDB's input frames is made here, before the first
+        # frame is returned (while LLDB asks for frame 0). After a frame has
+        # been returned, such calls deadlocked LLDB 23.1.0: reading a register
+        # of a returned frame, and SBFrame.IsValid when the frames were being
+        # computed on LLDB's event thread (the SB call looks its frame up in
+        # the frame list being built, whose lock LLDB holds while it calls the
+        # provider). Memory reads (SBProcess) are safe later.
         if state.in_stop_hook:
-            yield from self._passthrough()
+            yield from range(len(self._scan(0, None)))
             return
         info = info_for(self.target)
         arch = info.arch
+        if arch is None:
+            yield from range(len(self._scan(0, None)))
+            return
+        inputs: list[tuple[int, int]] = []  # LLDB's input frames: (pc, SP)
         i = 0
         previous_lookup: int | None = None
+        frame = None
         while True:
             frame = self.input_frames.GetFrameAtIndex(i)
-            if not frame.IsValid():
-                return  # LLDB's own unwind ended where nothing needed SFrame
-            pc = frame.GetPC()
-            if pc == INVALID:
+            if not frame.IsValid() or frame.GetPC() == INVALID:
+                # LLDB's own unwind ended where nothing needed SFrame
+                yield from range(len(inputs))
                 return
-            yield i
-            if arch is None:
-                i += 1
-                continue
+            pc = frame.GetPC()
+            inputs.append((pc, frame.GetSP()))
             lookup = pc if i == 0 else pc - 1
             if info.sframe_only(lookup):
                 break
@@ -134,31 +147,73 @@ class SFrameFrameProvider(ScriptedFrameProvider):
             # The caller of a signal trampoline was interrupted, not calling.
             row = info.table.row_at(previous_lookup)
             interrupted = bool(row is not None and row.signal)
-        assert arch is not None
-        self._took_over = True
-        # Only SP, FP (and the RA register): reading other registers of an
-        # input frame from inside a provider hangs LLDB 23.1.0 (seen: rbx).
+        # Only SP, FP (and the RA register) are read: what SFrame rows need.
         start = Frame(pc, frame_registers(frame, arch, all_registers=False),
                       interrupted=interrupted)
+        # LLDB's frames above the take-over point, for resynchronising later.
+        inputs += self._scan(i + 1, RESYNC_SEARCH)
+        yield from range(i + 1)
+        self._took_over = True
         memory = ProcessMemory(self.process)
         idx = i + 1
+        last = start  # the frame the walk is at
+        pending: dict[str, int] | None = None  # ``last`` as a provided frame, not yet returned
+        stop: Stop | None = None
         first = True
         for item in walk(start, info.table, memory, arch):
             if isinstance(item, Stop):
-                if item.reason not in NORMAL_ENDS:
-                    warn_once(("stop", item.reason, str(item)),
-                              f"backtrace ends at frame #{idx - 1}: {item}")
-                return
+                stop = item
+                break
             if first:
                 first = False
                 continue
-            yield {"idx": idx, "pc": item.pc}
-            idx += 1
+            if pending is not None:
+                yield pending
+                idx += 1
+            pending = {"idx": idx, "pc": item.pc}
+            last = item
+        if stop is None or stop.reason in (StopReason.OUTERMOST, StopReason.RA_ZERO):
+            if pending is not None:
+                yield pending
+            return
+        # The core cannot go on from ``last``. If LLDB's own unwinder has that
+        # same frame (same pc and SP), its frames from there on are LLDB's
+        # (e.g. libc start code with no unwind info, which LLDB emulates):
+        # pass them through. Otherwise the backtrace ends here.
+        j = _index_of(inputs, last, arch, first=i + 1 if pending is not None else i)
+        if j is None:
+            if pending is not None:
+                yield pending
+            if stop.reason not in NORMAL_ENDS:
+                warn_once(("stop", stop.reason, str(stop)),
+                          f"backtrace ends at frame #{idx if pending is not None else idx - 1}: {stop}")
+            return
+        if pending is None:
+            j += 1  # ``last`` is frame i itself, already passed through
+        yield from range(j, len(inputs))
+
+    def _scan(self, first: int, limit: int | None) -> list[tuple[int, int]]:
+        """(pc, SP) of LLDB's input frames from ``first`` on, at most ``limit``."""
+        found: list[tuple[int, int]] = []
+        j = first
+        while limit is None or len(found) < limit:
+            frame = self.input_frames.GetFrameAtIndex(j)
+            if not frame.IsValid() or frame.GetPC() == INVALID:
+                break
+            found.append((frame.GetPC(), frame.GetSP()))
+            j += 1
+        return found
 
 
-    def _passthrough(self) -> Iterator[int]:
-        i = 0
-        while self.input_frames.GetFrameAtIndex(i).IsValid():
-            yield i
-            i += 1
-
+def _index_of(inputs: list[tuple[int, int]], frame: Frame, arch: Arch, *, first: int) -> int | None:
+    """The index of the input frame with ``frame``'s pc and SP (searched from ``first``), or None."""
+    sp = frame.regs.get(arch.sp)
+    if sp is None:
+        return None
+    for j in range(first, len(inputs)):
+        pc, input_sp = inputs[j]
+        if pc == frame.pc and input_sp == sp:
+            return j
+        if input_sp != INVALID and input_sp > sp:
+            return None  # the stack grows down: LLDB's frames are past it
+    return None

@@ -18,7 +18,7 @@ import importlib
 import lldb
 
 from . import state as provider_state
-from .target import warn
+from .target import warn, warn_once
 
 __all__ = ["supported", "register", "install", "status", "StopHook"]
 
@@ -51,6 +51,27 @@ def is_core(target: lldb.SBTarget) -> bool:
     return "core" in (name or "").lower()
 
 
+def is_live_remote(target: lldb.SBTarget) -> bool:
+    """A process LLDB connected or attached to through a stub, that is still alive."""
+    process = target.GetProcess()
+    if not process.IsValid():
+        return False
+    name = (process.GetPluginName() if hasattr(process, "GetPluginName") else "") or ""
+    if "remote" not in name.lower():
+        return False
+    if process.GetState() in (lldb.eStateInvalid, lldb.eStateUnloaded, lldb.eStateExited,
+                              lldb.eStateDetached):
+        return False
+    # On Linux a local 'run' also talks gdb-remote (to lldb-server); it is
+    # told apart by the host platform and the parent pid that lldb-server
+    # reports. A stub on another platform, or one that reports no parent
+    # (qemu-user, ...), is treated as remote.
+    platform = target.GetPlatform()
+    if not platform.IsValid() or (platform.GetName() or "") != "host":
+        return True
+    return not process.GetProcessInfo().GetParentProcessID()
+
+
 def say_unsupported() -> None:
     global _said_unsupported
     if not _said_unsupported:
@@ -72,6 +93,17 @@ def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
         # loaded, or later). 22.1.0 worked, but a hang is never acceptable.
         warn("core file: plain 'bt' is not changed; use 'sframe bt'")
         _ids[key] = 0
+        return None
+    if is_live_remote(target):
+        # Registering while a remote process exists (from the stop-hook at the
+        # connect stop, at import, or 'sframe enable') makes LLDB recompute the
+        # thread's frames on its event thread, concurrently with the stop that
+        # follows: LLDB 22.1.0 deadlocked in the provider's creation
+        # (SBThread.IsValid), 23.1.0 in SBFrame calls on the input frames.
+        warn_once(("remote", key),
+                  "remote process: the frame provider is not registered once the process "
+                  "exists (that can deadlock LLDB); plain 'bt' is unchanged, use 'sframe bt' "
+                  "(or import the plugin after 'target create', before 'gdb-remote')")
         return None
     from .provider import CLASS_NAME, SFrameFrameProvider
     error = lldb.SBError()

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from . import backtrace
-from .describe import describe_cfa, describe_row
-from .dump import dump_json, dump_lines, fde_json, fre_columns, fre_json
+from .describe import describe_row, lookup_text
+from .dump import dump_json, dump_lines, fde_json, fre_json
 from .elf import read_elf
 from .errors import FileError, SFrameError
-from .section import Lookup, SFrameSection
+from .section import SFrameSection
 
 __all__ = ["main", "command", "COMMANDS", "CommandFailed", "parse_address", "open_input"]
 
@@ -160,39 +160,6 @@ def _configure_lookup(parser: argparse.ArgumentParser) -> None:
     _add_input_args(parser, file_required=False)
     parser.add_argument("pc", type=parse_address, metavar="ADDR",
                         help="address to look up (0x... or decimal)")
-
-
-def lookup_text(section: SFrameSection, hit: Lookup, *, pc: int) -> list[str]:
-    """The three lines of ``sframe lookup``: FDE, FRE row, description."""
-    fde, fre, rules, row = hit
-    attrs = [f"PC type {'mask' if fde.is_pcmask else 'inc'}"]
-    if fde.is_pcmask:
-        attrs.append(f"rep size {fde.rep_size}")
-    attrs.append(f"FRE type addr{1 << fde.fre_type}")
-    if section.version == 3 and fde.flex:
-        attrs.append("flex")
-    if section.version == 3 and fde.signal:
-        attrs.append("signal")
-    if section.arch.name.startswith("aarch64") and (fde.pauth_key or fre.mangled_ra):
-        attrs.append(f"pauth key {'B' if fde.pauth_key else 'A'}")
-    columns = fre_columns(section.header, fde, fre, rules, section.arch)
-    shown = "RA undefined" if columns is None else \
-        f"{columns[0]} {columns[1]} {columns[2].rstrip()}"
-    k = next(i for i, f in enumerate(section.get_fres(fde)) if f.offset == fre.offset)
-    words = ", ".join(str(w) for w in fre.words)
-    notes = []
-    if row.cfa != rules.cfa:
-        notes.append(f"note: the section says {describe_cfa(rules.cfa, section.arch)}, a known "
-                     "producer bug corrected here (see sframe_core/errata.py)")
-    return [
-        f"pc 0x{pc:x}",
-        f"FDE [{fde.index}]: 0x{fde.start:x}-0x{fde.end:x} ({fde.size} bytes), "
-        + ", ".join(attrs),
-        f"FRE [{k}]: 0x{row.start:x}-0x{row.end:x}, info 0x{fre.info:02x}, words [{words}]"
-        f" ({shown})",
-        describe_row(row, section.arch, pauth_key=fde.pauth_key if fre.mangled_ra else None),
-        *notes,
-    ]
 
 
 @command("lookup", "show the SFrame row that applies at an address", _configure_lookup)

@@ -9,9 +9,11 @@ is debugging a program, not the section.
 from __future__ import annotations
 
 from .abi import Arch
+from .dump import fre_columns
 from .rows import CFARule, Row, Rule, RuleKind
+from .section import Lookup, SFrameSection
 
-__all__ = ["describe_row", "describe_cfa", "describe_rule"]
+__all__ = ["describe_row", "describe_cfa", "describe_rule", "lookup_text"]
 
 
 def _plus(base: str, offset: int) -> str:
@@ -68,3 +70,37 @@ def describe_row(row: Row, arch: Arch, *, pauth_key: int | None = None) -> str:
     if row.signal:
         parts.append("signal frame")
     return "; ".join(parts)
+
+
+def lookup_text(section: SFrameSection, hit: Lookup, *, pc: int) -> list[str]:
+    """The lines of ``sframe lookup`` (and of ``info sframe ADDRESS`` in gdb and
+    ``sframe lookup`` in lldb): PC, FDE, FRE row, description, notes."""
+    fde, fre, rules, row = hit
+    attrs = [f"PC type {'mask' if fde.is_pcmask else 'inc'}"]
+    if fde.is_pcmask:
+        attrs.append(f"rep size {fde.rep_size}")
+    attrs.append(f"FRE type addr{1 << fde.fre_type}")
+    if section.version == 3 and fde.flex:
+        attrs.append("flex")
+    if section.version == 3 and fde.signal:
+        attrs.append("signal")
+    if section.arch.name.startswith("aarch64") and (fde.pauth_key or fre.mangled_ra):
+        attrs.append(f"pauth key {'B' if fde.pauth_key else 'A'}")
+    columns = fre_columns(section.header, fde, fre, rules, section.arch)
+    shown = "RA undefined" if columns is None else \
+        f"{columns[0]} {columns[1]} {columns[2].rstrip()}"
+    k = next(i for i, f in enumerate(section.get_fres(fde)) if f.offset == fre.offset)
+    words = ", ".join(str(w) for w in fre.words)
+    notes = []
+    if row.cfa != rules.cfa:
+        notes.append(f"note: the section says {describe_cfa(rules.cfa, section.arch)}, a known "
+                     "producer bug corrected here (see sframe_core/errata.py)")
+    return [
+        f"pc 0x{pc:x}",
+        f"FDE [{fde.index}]: 0x{fde.start:x}-0x{fde.end:x} ({fde.size} bytes), "
+        + ", ".join(attrs),
+        f"FRE [{k}]: 0x{row.start:x}-0x{row.end:x}, info 0x{fre.info:02x}, words [{words}]"
+        f" ({shown})",
+        describe_row(row, section.arch, pauth_key=fde.pauth_key if fre.mangled_ra else None),
+        *notes,
+    ]

@@ -341,10 +341,16 @@ def test_lldb_live(entry: Entry | None, lldb_name: str, command: str, tmp_path: 
     if lldb_name in _LLDB_HUNG:
         pytest.fail(f"not run: an earlier {lldb_name} session with the plugin hung "
                     f"({_LLDB_HUNG[lldb_name]})", pytrace=False)
+    before = [f"command script import {LLDB_PLUGIN}"]
+    if entry.get("pac"):
+        # qemu-user's stub reports no address mask, so LLDB's own unwinder
+        # cannot strip PAC signatures (the frames the provider hands back to
+        # it after main) unless told the VA size, as on real hardware.
+        before.insert(0, f"settings set target.process.virtual-addressable-bits {AARCH64_VA_BITS}")
     stub = QemuStub(arch, noeh, cwd=tmp_path).start()
     try:
         out, repro_cmd = lldb_live(lldb, stub, noeh, tmp_path, breakpoint=[bp], timeout=LLDB_TIMEOUT,
-                                   before=[f"command script import {LLDB_PLUGIN}"],
+                                   before=before,
                                    commands=[command, "sframe status"])
     except pytest.fail.Exception as exc:
         if "timed out" in str(exc):
