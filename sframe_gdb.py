@@ -47,6 +47,7 @@ Design, in the order GDB meets it:
 from __future__ import annotations
 
 import bisect
+import functools
 import glob
 import os
 import re
@@ -301,6 +302,18 @@ MODES = ("auto", "always", "off")
 _SIGNED_LIMIT = 1 << 63
 
 
+@functools.lru_cache(maxsize=64)
+def _wanted(arch: Arch, row_cfa_reg: object, interrupted: bool) -> tuple[int, ...]:
+    """Registers a step reads: SP, FP, the CFA base, and the RA register
+    where it is live (the innermost or an interrupted frame)."""
+    wanted = [arch.sp, arch.fp]
+    if isinstance(row_cfa_reg, int) and row_cfa_reg not in wanted:
+        wanted.append(row_cfa_reg)
+    if arch.ra_reg is not None and interrupted:
+        wanted.append(arch.ra_reg)
+    return tuple(wanted)
+
+
 class SFrameUnwinder(gdb.unwinder.Unwinder):
     """Unwinds frames whose PC only SFrame describes."""
 
@@ -442,15 +455,11 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         arch: Arch = section.arch
         u64, has_pauth, handles, pc_handle = self._arch_info(pending_frame, arch)
         regs: dict[int, int] = {}
-        wanted = {arch.sp, arch.fp}
-        if row.cfa is not None:
-            wanted.add(row.cfa.reg)
-        if arch.ra_reg is not None and interrupted:
-            wanted.add(arch.ra_reg)
-        for regno in wanted:
+        read_register = pending_frame.read_register
+        for regno in _wanted(arch, row.cfa.reg if row.cfa is not None else None, interrupted):
             try:
-                handle = handles[regno] if regno in handles else arch.reg_name(regno)
-                regs[regno] = int(pending_frame.read_register(handle))
+                regs[regno] = int(read_register(handles[regno] if regno in handles
+                                                else arch.reg_name(regno)))
             except (gdb.error, ValueError):
                 pass  # not saved by the inner frame's unwinder: unknown here
         pac_mask = DEFAULT_PAC_MASK
@@ -462,10 +471,10 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         frame = Frame(pc, regs, interrupted=interrupted)
         result = step_with_row(frame, row, _Memory(), arch, pac_mask=pac_mask)
 
-        def value(x: int):  # type: ignore[no-untyped-def]
+        def value(x: int, _Value=gdb.Value):  # type: ignore[no-untyped-def]
             # A plain gdb.Value is a 64-bit long: right size, and GDB 13 and
             # 14+ both accept it; only the top half of the space needs the cast.
-            return gdb.Value(x) if x < _SIGNED_LIMIT else gdb.Value(x).cast(u64)
+            return _Value(x) if x < _SIGNED_LIMIT else _Value(x).cast(u64)
 
         if isinstance(result, Stop):
             # Claim the frame without a saved PC: GDB ends the backtrace here

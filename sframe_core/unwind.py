@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
 from .abi import Arch
@@ -45,8 +45,10 @@ class RowSource(Protocol):
     def row_at(self, pc: int) -> Row | None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+_NO_REGS: Mapping[int, int] = MappingProxyType({})
+
+
+class Frame(NamedTuple):
     """A frame's known registers, by DWARF number; a missing one is unknown.
 
     ``pc`` is the frame's PC (for callers, the return address). ``interrupted``
@@ -54,10 +56,11 @@ class Frame:
     the next instruction to run, not a return address, so rows are looked up
     at ``pc`` itself; for other frames at ``pc - 1``, because a call to a
     noreturn function can be the last instruction of its function.
+    (A NamedTuple: one is made per frame, on the hot path of every backtrace.)
     """
 
     pc: int
-    regs: Mapping[int, int] = field(default_factory=dict)
+    regs: Mapping[int, int] = _NO_REGS
     interrupted: bool = False
     cfa: int | None = None  # known once the frame has been stepped from
     row: Row | None = None  # the row this frame was unwound with
