@@ -190,7 +190,7 @@ class SFrameFrameProvider(ScriptedFrameProvider):
             return
         if pending is None:
             j += 1  # ``last`` is frame i itself, already passed through
-        yield from range(j, len(inputs))
+        yield from _sane_tail(inputs, j)
 
     def _scan(self, first: int, limit: int | None) -> list[tuple[int, int]]:
         """(pc, SP) of LLDB's input frames from ``first`` on, at most ``limit``."""
@@ -203,6 +203,20 @@ class SFrameFrameProvider(ScriptedFrameProvider):
             found.append((frame.GetPC(), frame.GetSP()))
             j += 1
         return found
+
+
+def _sane_tail(inputs: list[tuple[int, int]], first: int) -> Iterator[int]:
+    """Indices of LLDB's input frames from ``first`` on, up to the first one that
+    repeats its predecessor's (pc, SP) or lies below it on the stack: LLDB's own
+    unwinder, lost in code without unwind info, can repeat its last frame."""
+    previous: tuple[int, int] | None = None
+    for k in range(first, len(inputs)):
+        pc, sp = inputs[k]
+        if previous is not None and ((pc, sp) == previous or (
+                sp != INVALID and previous[1] != INVALID and sp < previous[1])):
+            return
+        previous = (pc, sp)
+        yield k
 
 
 def _index_of(inputs: list[tuple[int, int]], frame: Frame, arch: Arch, *, first: int) -> int | None:
