@@ -249,42 +249,43 @@ def fde_start_field(data: bytes | memoryview, hdr: Header, index: int) -> tuple[
 def decode_fde(data: bytes | memoryview, hdr: Header, index: int, sec_addr: int,
                pcrel: bool | None = None) -> FDE:
     """Decode FDE ``index``; ``pcrel`` overrides the header flag (``.o`` files)."""
-    if not 0 <= index < hdr.num_fdes:
-        raise FormatError(f"FDE index {index} out of range (section has {hdr.num_fdes})")
-    big = hdr.big_endian
-    offset = hdr.fde_base + index * hdr.fde_size
+    (big, version, flags, _abi, _fp, _ra, _aux, num_fdes, _nfres, fre_len, _fdeoff, _freoff,
+     _hdr_end, fde_base, fre_base, fre_end, fde_size) = hdr
+    if not 0 <= index < num_fdes:
+        raise FormatError(f"FDE index {index} out of range (section has {num_fdes})")
+    offset = fde_base + index * fde_size
     info2 = 0
-    if hdr.version == 1:
+    if version == 1:
         value, size, fre_off, num_fres, info = _FDE_V1[big].unpack_from(data, offset)
-        rep_size = V1_PCMASK_REP_SIZE if (info >> 4) & 1 else 0
-        first_fre = hdr.fre_base + fre_off
-    elif hdr.version == 2:
+        rep_size = V1_PCMASK_REP_SIZE if info & 0x10 else 0
+        first_fre = fre_base + fre_off
+    elif version == 2:
         value, size, fre_off, num_fres, info, rep_size, _pad = _FDE_V2[big].unpack_from(data, offset)
-        first_fre = hdr.fre_base + fre_off
+        first_fre = fre_base + fre_off
     else:
         value, size, fre_off = _FDE_V3[big].unpack_from(data, offset)
-        attr = hdr.fre_base + fre_off
-        if fre_off > hdr.fre_len - V3_ATTR_SIZE or hdr.fre_len < V3_ATTR_SIZE:
+        attr = fre_base + fre_off
+        if fre_off > fre_len - V3_ATTR_SIZE or fre_len < V3_ATTR_SIZE:
             raise FormatError(f"FDE {index}: attribute record at FRE offset {fre_off:#x} is outside "
-                              f"the {hdr.fre_len}-byte FRE sub-section", offset + 12)
+                              f"the {fre_len}-byte FRE sub-section", offset + 12)
         num_fres, info, info2, rep_size = _ATTR_V3[big].unpack_from(data, attr)
         first_fre = attr + V3_ATTR_SIZE
         if info2 & 0x1F not in (FDE_TYPE_DEFAULT, FDE_TYPE_FLEX):
             raise FormatError(f"FDE {index}: unknown FDE type {info2 & 0x1F}", attr + 3)
-    if hdr.version < 3 and first_fre > hdr.fre_end:
+    if version < 3 and first_fre > fre_end:
         raise FormatError(f"FDE {index}: first FRE at FRE offset {fre_off:#x} is outside the "
-                          f"{hdr.fre_len}-byte FRE sub-section", offset + 8)
+                          f"{fre_len}-byte FRE sub-section", offset + 8)
     if info & 0xF > FRE_TYPE_ADDR4:
-        raise FormatError(f"FDE {index}: bad FRE type {info & 0xF}", offset + (16 if hdr.version < 3 else 0))
+        raise FormatError(f"FDE {index}: bad FRE type {info & 0xF}", offset + (16 if version < 3 else 0))
     # Each FRE takes at least two bytes: a count that cannot fit is corrupt,
     # and rejecting it here bounds the work any later walk can do.
-    if num_fres * 2 > hdr.fre_end - first_fre:
+    if num_fres * 2 > fre_end - first_fre:
         raise FormatError(f"FDE {index}: {num_fres} FREs cannot fit in the "
-                          f"{max(hdr.fre_end - first_fre, 0)} bytes left in the FRE sub-section",
-                          offset + (12 if hdr.version < 3 else 0))
-    use_pcrel = hdr.flags & SFRAME_F_FDE_FUNC_START_PCREL if pcrel is None else pcrel
-    start = sec_addr + value + (offset if use_pcrel else 0)
-    return FDE(index, offset, start, size, fre_off, num_fres, info, info2, rep_size, first_fre)
+                          f"{max(fre_end - first_fre, 0)} bytes left in the FRE sub-section",
+                          offset + (12 if version < 3 else 0))
+    if flags & SFRAME_F_FDE_FUNC_START_PCREL if pcrel is None else pcrel:
+        value += offset
+    return FDE(index, offset, sec_addr + value, size, fre_off, num_fres, info, info2, rep_size, first_fre)
 
 
 def _walk_fres(data: bytes | memoryview, hdr: Header, fde: FDE, stop: int | None = None
