@@ -54,8 +54,35 @@ def _candidates() -> list[str]:
     return [d for d in dirs if os.path.isdir(d)]
 
 
+def _preload_rlcompleter() -> None:
+    """Import ``rlcompleter`` with ``readline`` hidden, if ``readline`` is LLDB's stub.
+
+    LLDB registers its own built-in ``readline`` module (``lldb_editline``) that
+    has no ``set_completer``; ``rlcompleter`` calls it at import time. pyelftools
+    imports ``pdb``, and from Python 3.13 on ``pdb`` imports ``rlcompleter``, so
+    reading any ELF file failed with ``AttributeError`` (Debian 13). With
+    ``readline`` hidden, ``rlcompleter`` imports as on a Python without readline.
+    """
+    if "rlcompleter" in sys.modules:
+        return
+    try:
+        import readline
+    except Exception:  # noqa: BLE001 - no readline: rlcompleter copes by itself
+        return
+    if hasattr(readline, "set_completer"):
+        return
+    sys.modules["readline"] = None  # type: ignore[assignment]  # "import readline" raises
+    try:
+        import rlcompleter  # noqa: F401
+    except Exception:  # noqa: BLE001
+        pass
+    finally:
+        sys.modules["readline"] = readline
+
+
 def ensure() -> None:
     """Extend ``sys.path`` until ``sframe_core`` and ``elftools`` import (idempotent)."""
+    _preload_rlcompleter()
     if os.path.isdir(os.path.join(CHECKOUT, "sframe_core")) and CHECKOUT not in sys.path:
         sys.path.append(CHECKOUT)
     if _importable("elftools") and _importable("sframe_core"):

@@ -64,8 +64,12 @@ class SFrameFrameProvider(ScriptedFrameProvider):
     def get_frame_at_index(self, index: int) -> int | dict[str, int] | None:
         if self._busy:
             # LLDB asked again while this provider was computing (it can, when
-            # the provider reads its input frames): answer with LLDB's own frame.
-            return self._native(index)
+            # the provider reads its input frames): answer with what is known,
+            # LLDB's own frame only before the take-over point (past it, LLDB's
+            # frames are the wrong ones this provider replaces).
+            if index < len(self._frames):
+                return self._frames[index]
+            return None if self._took_over else self._native(index)
         self._busy = True
         try:
             return self._frame_at(index)

@@ -9,6 +9,7 @@ a missing fixture set must not look like a passing suite).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import subprocess
@@ -197,8 +198,9 @@ def build_section(version: int, abi: int, fdes: Iterable[FDEDef], *, address: in
 
 
 @pytest.fixture(scope="session")
-def host_v1_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small program built by the host's gcc + gas (2.40 on Debian 12: SFrame v1)."""
+def host_sframe_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small program built by the host's gcc + gas: SFrame v1 on Debian 12 (binutils
+    2.40), v2 on Debian 13 (2.44); ``host_sframe_version`` says which."""
     if shutil.which("gcc") is None:
         pytest.fail("gcc is needed to build the host SFrame test binary")
     out = tmp_path_factory.mktemp("host") / "prog"
@@ -210,3 +212,18 @@ def host_v1_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
                    "int main(int c, char **v) { printf(\"%d\\n\", mid(c + 40)); return 0; }\n")
     subprocess.run(["gcc", "-O2", "-Wa,--gsframe", "-o", str(out), str(src)], check=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def host_sframe_version(host_sframe_binary: Path) -> int:
+    """The SFrame version the host's gas emits, as the host's readelf reads it.
+
+    Platform-dependent by nature (binutils 2.40: 1; 2.41-2.45: 2; 2.46+: 3), so
+    asked from the toolchain itself instead of assumed; readelf always reads
+    what the gas of the same binutils writes.
+    """
+    out = subprocess.run(["readelf", "--sframe", str(host_sframe_binary)], check=True,
+                         capture_output=True, text=True).stdout
+    found = re.findall(r"Version: SFRAME_VERSION_(\d+)", out)
+    assert len(found) == 1, f"readelf --sframe {host_sframe_binary}: no single version in:\n{out}"
+    return int(found[0])

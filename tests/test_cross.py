@@ -99,7 +99,11 @@ def resolve_pac(gdb_trace: Trace, entry: Entry, lldb_frames: Any) -> Trace:
     gdb trace itself when no frame has a signed PC.
     """
     signed = next((i for i, f in enumerate(gdb_trace.frames) if has_pac_bits(f.pc)), None)
-    failed = gdb_trace.end.startswith("error") or gdb_trace.end.startswith("(no FRAME-END")
+    # gdb 13 (Debian 12) walks on to a frame with the signed PC; gdb 16 (Debian 13)
+    # stops at the frame whose saved LR is signed, "frame did not save the PC"
+    # (qemu-user cores carry no PAC mask note).
+    failed = (gdb_trace.end.startswith("error") or gdb_trace.end.startswith("(no FRAME-END")
+              or gdb_trace.end == "frame did not save the PC")
     if signed is None and not failed:
         return gdb_trace
     assert entry["pac"], f"gdb cannot unwind a non-PAC twin:\n{gdb_trace.show()}\n{gdb_trace.output[-3000:]}"

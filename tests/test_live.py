@@ -9,11 +9,14 @@ killable by an ordinary signal; a stopped process must stay stopped.
 
 from __future__ import annotations
 
+import glob
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +26,19 @@ import pytest
 from backtrace_helpers import ROOT, X86, gdb_attach_pcs, our_pcs, sframe, sframe_json
 
 PROGRAM_FRAMES = ["f4", "f2", "f1", "main"]
+
+
+def _glibc() -> tuple[int, ...]:
+    name, version = os.confstr("CS_GNU_LIBC_VERSION").split()  # type: ignore[union-attr]
+    assert name == "glibc", name
+    return tuple(int(part) for part in version.split("."))
+
+
+# libc frames above f4 while the fixture sleeps in pause(): glibc 2.41 (Debian 13)
+# makes the syscall through __syscall_cancel -> __internal_syscall_cancel, glibc
+# 2.36 (Debian 12) from pause itself.
+PAUSE_FRAMES = (["__internal_syscall_cancel", "__syscall_cancel", "pause"]
+                if _glibc() >= (2, 41) else ["pause"])
 
 
 @contextmanager
@@ -75,8 +91,8 @@ def test_pid_matches_gdb_and_leaves_the_process_running(tmp_path: Path) -> None:
         assert list(our_pcs(data)) == [proc.pid]
         assert list(our_pcs(data).values()) == list(gdb.values())
         names = [f["function"] for f in data["threads"][0]["frames"]]
-        assert names == ["pause", *PROGRAM_FRAMES, "__libc_start_call_main", "__libc_start_main",
-                         "_start"]
+        assert names == [*PAUSE_FRAMES, *PROGRAM_FRAMES, "__libc_start_call_main",
+                         "__libc_start_main", "_start"]
         assert data["threads"][0]["stop"]["reason"] == "outermost"
         # Exactly as before: sleeping, no tracer, and it still takes signals.
         assert _state(proc.pid) == "S"
@@ -152,12 +168,19 @@ def test_already_traced(tmp_path: Path) -> None:
 def test_permission_denied() -> None:
     if os.geteuid() != 0:
         raise AssertionError("this test drops privileges with setpriv and must run as root")
-    with running(_fixture("deep.noeh"), "sleep") as proc:
+    # The unprivileged child imports sframe_core from a world-readable copy: the
+    # checkout may sit where uid 65534 cannot read it (a clone under /root, 0700).
+    with tempfile.TemporaryDirectory() as copy, \
+            running(_fixture("deep.noeh"), "sleep") as proc:
+        shutil.copytree(ROOT / "sframe_core", Path(copy) / "sframe_core",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for path in [copy, *glob.glob(f"{copy}/**", recursive=True)]:
+            os.chmod(path, 0o755 if os.path.isdir(path) else 0o644)
         out = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
              "-m", "sframe_core", "backtrace", "--pid", str(proc.pid)],
-            capture_output=True, text=True, timeout=60, cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+            capture_output=True, text=True, timeout=60, cwd=copy,
+            env={**os.environ, "PYTHONPATH": copy}, check=False)
         assert out.returncode == 1, out
         assert out.stderr.startswith(f"sframe: process {proc.pid}: permission denied (ptrace "
                                      "needs the same user, or root/CAP_SYS_PTRACE")

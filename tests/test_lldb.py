@@ -48,7 +48,12 @@ def _bt(version: str, binary: Path, twin: Path, *, plugin: bool, command: str = 
     out = run_lldb(version, [f"target create {binary}", break_command(binary, twin),
                              f"process launch -- {args}".rstrip(), command], plugin=plugin)
     assert "Traceback" not in out, out
+    _TRANSCRIPTS[plugin] = out
     return parse_bt(command_output(out, command))
+
+
+# The last transcript with and without the plugin, shown when a comparison fails.
+_TRANSCRIPTS: dict[bool, str] = {}
 
 
 def _expected(version: str, twin: Path, args: str = "") -> list:
@@ -58,7 +63,8 @@ def _expected(version: str, twin: Path, args: str = "") -> list:
 
 
 def _same(got: list, want: list, binary: Path) -> None:
-    assert [f.pc for f in got] == [f.pc for f in want], (got, want)
+    assert [f.pc for f in got] == [f.pc for f in want], (
+        f"{got}\n{want}\nwith the plugin:\n{_TRANSCRIPTS.get(True, '')[-4000:]}")
     if not binary.name.endswith(".stripped"):
         for g, w in zip(got, want, strict=True):
             if g.module == binary.name:
@@ -154,7 +160,8 @@ def test_uselib_library_without_eh_frame(version: str) -> None:
     binary = _need(X86 / "busid-v3" / "uselib-libnoeh" / "uselib")
     want = _expected(version, twin)
     got = _bt(version, binary, twin, plugin=True)
-    assert [f.pc for f in got] == [f.pc for f in want], (got, want)
+    assert [f.pc for f in got] == [f.pc for f in want], (
+        f"{got}\n{want}\nwith the plugin:\n{_TRANSCRIPTS.get(True, '')[-4000:]}")
     assert any(f.module and f.module.startswith("libsf") for f in got)
 
 
@@ -260,6 +267,7 @@ def test_through_signal_frame(version: str, command: str, mode: str) -> None:
     want = frames(twin, False, "bt")
     assert any(f.name == "__restore_rt" for f in want), want
     got = frames(binary, True, command)
-    assert [f.pc for f in got] == [f.pc for f in want], (got, want)
+    assert [f.pc for f in got] == [f.pc for f in want], (
+        f"{got}\n{want}\nwith the plugin:\n{_TRANSCRIPTS.get(True, '')[-4000:]}")
     assert [f.name for f in got if f.module == "libc.so.6"][:1] == \
         [f.name for f in want if f.module == "libc.so.6"][:1]
