@@ -105,3 +105,13 @@ def sframe_json(*args: str) -> dict:  # type: ignore[type-arg]
 
 def our_pcs(data: dict) -> dict[int, list[int]]:  # type: ignore[type-arg]
     return {t["lwp"]: [f["pc"] for f in t["frames"]] for t in data["threads"]}
+
+
+def one_line_error(*args: str) -> str:
+    """``sframe ARGS`` fails as the CLI promises: exit 1, one line on stderr."""
+    out = sframe(*args, check=False)
+    assert out.returncode == 1, out
+    assert out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    return lines[0]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from backtrace_helpers import PRODUCERS, X86, gdb_run, our_pcs, sframe, sframe_json
+from backtrace_helpers import PRODUCERS, X86, gdb_run, one_line_error, our_pcs, sframe, sframe_json
 
 from sframe_core.corefile import open_core
 from sframe_core.errors import FileError
@@ -182,30 +182,21 @@ def test_exe_and_sysroot_find_a_moved_executable(tmp_path: Path) -> None:
 # -- errors ---------------------------------------------------------------------
 
 
-def _error(*args: str) -> str:
-    out = sframe(*args, check=False)
-    assert out.returncode == 1, out
-    assert out.stdout == ""
-    lines = out.stderr.splitlines()
-    assert len(lines) == 1, out.stderr
-    return lines[0]
-
-
 def test_missing_core(tmp_path: Path) -> None:
     missing = tmp_path / "nope.core"
-    assert _error("backtrace", "--core", str(missing)) == \
+    assert one_line_error("backtrace", "--core", str(missing)) == \
         f"sframe: {missing}: No such file or directory"
 
 
 def test_not_elf(tmp_path: Path) -> None:
     text = tmp_path / "text.core"
     text.write_text("hello\n")
-    assert _error("backtrace", "--core", str(text)) == f"sframe: {text}: not an ELF file"
+    assert one_line_error("backtrace", "--core", str(text)) == f"sframe: {text}: not an ELF file"
 
 
 def test_not_a_core() -> None:
     exe = _fixture("bu2.40-v1", "deep.noeh")
-    assert _error("backtrace", "--core", str(exe)) == \
+    assert one_line_error("backtrace", "--core", str(exe)) == \
         f"sframe: {exe}: not a core file (ELF type ET_DYN)"
 
 
@@ -224,7 +215,7 @@ def test_truncated_notes(deep_cores: dict[str, Cores], tmp_path: Path) -> None:
             break
     bad = tmp_path / "bad.core"
     bad.write_bytes(bytes(data))
-    assert _error("backtrace", "--core", str(bad)) == \
+    assert one_line_error("backtrace", "--core", str(bad)) == \
         f"sframe: {bad}: corrupt note: note of type 0x3 at offset 0x0 is truncated"
     cut = tmp_path / "cut.core"
     cut.write_bytes(core.read_bytes()[:0x2000])

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from backtrace_helpers import ROOT, X86, gdb_attach_pcs, our_pcs, sframe, sframe_json
+from backtrace_helpers import ROOT, X86, gdb_attach_pcs, one_line_error, our_pcs, sframe, sframe_json
 
 PROGRAM_FRAMES = ["f4", "f2", "f1", "main"]
 
@@ -131,19 +131,10 @@ def test_a_stopped_process_stays_stopped() -> None:
         _wait_for_state(proc.pid, "S")
 
 
-def _error(*args: str) -> str:
-    out = sframe(*args, check=False)
-    assert out.returncode == 1, out
-    assert out.stdout == ""
-    lines = out.stderr.splitlines()
-    assert len(lines) == 1, out.stderr
-    return lines[0]
-
-
 def test_no_such_process() -> None:
     with open("/proc/sys/kernel/pid_max") as stream:
         pid = int(stream.read()) + 1
-    assert _error("backtrace", "--pid", str(pid)) == f"sframe: process {pid}: no such process"
+    assert one_line_error("backtrace", "--pid", str(pid)) == f"sframe: process {pid}: no such process"
 
 
 def test_already_traced(tmp_path: Path) -> None:
@@ -158,7 +149,7 @@ def test_already_traced(tmp_path: Path) -> None:
                 time.sleep(0.02)
             tracer = _status(proc.pid)["TracerPid"]
             assert tracer != "0"
-            assert _error("backtrace", "--pid", str(proc.pid)) == \
+            assert one_line_error("backtrace", "--pid", str(proc.pid)) == \
                 f"sframe: process {proc.pid}: already traced by process {tracer}"
         finally:
             holder.kill()
