@@ -80,19 +80,11 @@ class ThreadTrace:
     stop: Stop
 
 
-def _explain(stop: Stop, last: Frame, modules: ModuleTable, arch: Arch) -> Stop:
-    """Say more about a stop where the walk alone cannot.
-
-    No unwind information with a frame pointer of 0 is how glibc and libgcc
-    recognise ``_start`` (it clears rbp/x29): call that the outermost frame.
-    Otherwise name the module, or say the PC is in none.
-    """
+def _explain(stop: Stop, last: Frame, modules: ModuleTable) -> Stop:
+    """Name the module where the walk found no unwind information, or say the
+    PC is in none: the step itself only knows the PC."""
     if stop.reason is not StopReason.NO_INFO:
         return stop
-    if last.regs.get(arch.fp) == 0:
-        return Stop(StopReason.OUTERMOST,
-                    f"no unwind information at pc {last.pc:#x} and the frame pointer is 0,"
-                    " as at _start")
     module = modules.module_for(last.lookup_pc)
     if module is None:
         return Stop(StopReason.NO_INFO, f"pc {last.pc:#x} is in no mapped ELF file")
@@ -130,7 +122,7 @@ def trace_thread(thread: _Thread, modules: ModuleTable, memory: Memory, arch: Ar
             last = item
             lines.append(_line(len(lines), item, modules, symbols))
     if last is not None:
-        stop = _explain(stop, last, modules, arch)
+        stop = _explain(stop, last, modules)
     return ThreadTrace(thread.lwp, tuple(lines), stop)
 
 

@@ -170,6 +170,11 @@ def step(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,
             return Stop(StopReason.ERROR, str(exc))
         raise
     if row is None:
+        if frame.regs.get(arch.fp) == 0:
+            # How glibc and libgcc recognise _start, which clears rbp/x29 and
+            # has no unwind information of its own.
+            return Stop(StopReason.OUTERMOST, f"no unwind information at pc {frame.pc:#x} and "
+                        "the frame pointer is 0, as at _start")
         return Stop(StopReason.NO_INFO, f"pc {frame.pc:#x}")
     return step_with_row(frame, row, memory, arch, pac_mask=pac_mask)
 

@@ -234,6 +234,14 @@ def test_stop_no_info() -> None:
         "no unwind information covers this PC: pc 0x5000"
 
 
+def test_no_info_with_zero_frame_pointer_is_outermost() -> None:
+    """_start clears rbp and has no unwind information: glibc's outermost rule."""
+    result = step(Frame(0x5000, {RSP: 0x7000, RBP: 0}), Rows(), Mem({}), AMD64)
+    assert str(stopped(result, StopReason.OUTERMOST)) == (
+        "outermost frame (return address undefined): no unwind information at pc 0x5000 "
+        "and the frame pointer is 0, as at _start")
+
+
 @pytest.mark.parametrize("r", [row(None, UNDEFINED), row(CFARule(RSP, 8), UNDEFINED),
                                row(CFARule(RSP, 8), at(-8), outermost=True)],
                          ids=["no-cfa", "ra-undefined", "outermost-flag"])
