@@ -201,12 +201,10 @@ class _Entry:
                 self.failed = True
                 plugin.report(self.path, str(exc))
                 return None
-            module = Module(self.path, self.sframe_address - info.sframe_address,
-                            self.code or [(0, 0)], sources=("sframe",),
-                            on_error=lambda m, exc: plugin.report(m.path, str(exc)))
-            module._elf = info  # already read: spare the Module a second read
-            module._loaded.add("elf")
-            self.module = module
+            self.module = Module(self.path, self.sframe_address - info.sframe_address,
+                                 self.code or [(0, 0)], sources=("sframe",),
+                                 on_error=lambda m, exc: plugin.report(m.path, str(exc)),
+                                 elf=info)
         return self.module
 
     def sframe(self, plugin: SFrameUnwinder):  # type: ignore[no-untyped-def]

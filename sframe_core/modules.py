@@ -53,7 +53,8 @@ class Module:
     def __init__(self, path: str, bias: int, ranges: Sequence[tuple[int, int]], *,
                  name: str | None = None, sources: Sequence[str] = SOURCES,
                  on_error: Callable[[Module, SFrameError], None] | None = None,
-                 sframe_loader: Callable[[], tuple[bytes, int] | None] | None = None) -> None:
+                 sframe_loader: Callable[[], tuple[bytes, int] | None] | None = None,
+                 elf: ElfSFrame | None = None) -> None:
         self.path = path
         self._sframe_loader = sframe_loader
         self.name = name or path
@@ -61,10 +62,11 @@ class Module:
         self.ranges = sorted(ranges)
         self.sources = tuple(sources)
         self._on_error = on_error
-        self._elf: ElfSFrame | None = None
+        # ``elf``: the file's headers when the caller has read them already.
+        self._elf: ElfSFrame | None = elf
         self._sframe: SFrameSection | None = None
         self._cfi: CFITable | None = None
-        self._loaded: set[str] = set()
+        self._loaded: set[str] = {"elf"} if elf is not None else set()
         self.error: SFrameError | None = None
 
     @property
@@ -185,11 +187,8 @@ class ModuleTable:
                     break
             if bias is None:
                 continue
-            module = Module(disk, bias, [(m.start, m.end) for m in maps], name=path,
-                            sources=sources, on_error=on_error)
-            module._elf = info
-            module._loaded.add("elf")
-            modules.append(module)
+            modules.append(Module(disk, bias, [(m.start, m.end) for m in maps], name=path,
+                                  sources=sources, on_error=on_error, elf=info))
         return cls(modules)
 
     def module_for(self, pc: int) -> Module | None:
