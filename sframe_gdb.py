@@ -35,10 +35,11 @@ Design, in the order GDB meets it:
   ``(CFA, function start)``, like GDB's DWARF unwinder.
 
 * When the rows cannot explain the stack (``sframe_core.unwind.Stop``), the
-  frame is still claimed, with an id but without a saved PC: GDB then ends
-  the backtrace with "Backtrace stopped: frame did not save the PC" instead
-  of letting its prologue analyzer invent frames (which, in a binary without
-  ``.eh_frame``, it does).
+  frame is still claimed, without a saved PC and with an id inner to its
+  callee's: GDB then ends the backtrace with "Backtrace stopped: previous
+  frame inner to this frame (corrupt stack?)" instead of letting its
+  prologue analyzer invent frames (which, in a binary without ``.eh_frame``,
+  it does).
 
 * Errors. Anything raised inside the unwinder is caught, reported once per
   objfile as ``warning: sframe: PATH: ...``, and the frame is declined.
@@ -47,7 +48,6 @@ Design, in the order GDB meets it:
 from __future__ import annotations
 
 import bisect
-import functools
 import glob
 import os
 import re
@@ -127,8 +127,9 @@ if _PROBLEM is None:
     from sframe_core.abi import Arch
     from sframe_core.describe import lookup_text
     from sframe_core.errors import SFrameError
+    from sframe_core.memory import PageCache
     from sframe_core.modules import Module
-    from sframe_core.unwind import DEFAULT_PAC_MASK, Frame, Stop, step_with_row
+    from sframe_core.unwind import DEFAULT_PAC_MASK, StopReason, caller_registers
 
 
 # -- small helpers --------------------------------------------------------------
@@ -138,29 +139,27 @@ def _warn(text: str) -> None:
     gdb.write(f"warning: sframe: {text}\n", gdb.STDERR)
 
 
-# gdb.unwinder.FrameId is new in GDB 14 (NEWS); 13 takes any object with
-# sp/pc attributes holding gdb.Values.
-_FrameId = getattr(gdb.unwinder, "FrameId", None)
-if _FrameId is None:
-    class _FrameId:  # type: ignore[no-redef]
-        def __init__(self, sp: object, pc: object) -> None:
-            self.sp = sp
-            self.pc = pc
+class _FrameId:
+    """A frame id as GDB reads it: any object with ``sp`` and ``pc`` will do
+    (GDB 13 has no gdb.unwinder.FrameId; this one is also cheaper to build)."""
+
+    __slots__ = ("sp", "pc")
+
+    def __init__(self, sp: object, pc: object) -> None:
+        self.sp = sp
+        self.pc = pc
 
 
-class _Memory:
-    """sframe_core.unwind.Memory over the selected inferior (live or core)."""
+def _memory_reader(inferior):  # type: ignore[no-untyped-def]
+    """``read(address, size)`` over an inferior (live or core); None where unreadable."""
+    read_memory = inferior.read_memory
 
-    __slots__ = ("_inferior",)
-
-    def __init__(self) -> None:
-        self._inferior = gdb.selected_inferior()
-
-    def read(self, address: int, size: int) -> bytes | None:
+    def read(address: int, size: int) -> bytes | None:
         try:
-            return bytes(self._inferior.read_memory(address, size))
+            return bytes(read_memory(address, size))
         except (gdb.MemoryError, gdb.error, ValueError, OverflowError):
             return None
+    return read
 
 
 # The instructions of the Linux signal-return trampolines, as GDB's own
@@ -189,6 +188,8 @@ class _Entry:
         self.has_debug_frame = False
         self.module: Module | None = None
         self.failed = False  # unreadable or corrupt: reported, then ignored
+        self.section = None  # the SFrameSection, once opened
+        self.regs: _Regs | None = None  # this objfile's register handles
 
     def get_module(self, plugin: SFrameUnwinder) -> Module | None:
         if self.module is None and not self.failed:
@@ -215,6 +216,7 @@ class _Entry:
         if section is None or module.error is not None:
             self.failed = True
             return None
+        self.section = section
         return section
 
     def covered_by_cfi(self, plugin: SFrameUnwinder, pc: int) -> bool:
@@ -298,18 +300,66 @@ class _Table:
 
 MODES = ("auto", "always", "off")
 _SIGNED_LIMIT = 1 << 63
+_HAS_PC = hasattr(gdb.PendingFrame, "pc")  # GDB 14+: the PC without a gdb.Value
+# Stops that are the normal end of a stack, not a sign of corruption.
+_ENDS = frozenset((StopReason.OUTERMOST, StopReason.RA_ZERO)) if _PROBLEM is None else frozenset()
 
 
-@functools.lru_cache(maxsize=64)
-def _wanted(arch: Arch, row_cfa_reg: object, interrupted: bool) -> tuple[int, ...]:
-    """Registers a step reads: SP, FP, the CFA base, and the RA register
-    where it is live (the innermost or an interrupted frame)."""
-    wanted = [arch.sp, arch.fp]
-    if isinstance(row_cfa_reg, int) and row_cfa_reg not in wanted:
-        wanted.append(row_cfa_reg)
-    if arch.ra_reg is not None and interrupted:
-        wanted.append(arch.ra_reg)
-    return tuple(wanted)
+class _Regs:
+    """How this GDB names one SFrame ABI's registers, found once per architecture.
+
+    Register descriptors (GDB 11+) spare GDB a name lookup per read; plain
+    names work everywhere.
+    """
+
+    def __init__(self, gdb_arch, arch: Arch) -> None:  # type: ignore[no-untyped-def]
+        self.u64 = gdb_arch.integer_type(64, False)
+        try:
+            descriptors = {r.name: r for r in gdb_arch.registers()}
+        except Exception:  # noqa: BLE001
+            descriptors = {}
+        self.has_pauth = "pauth_cmask" in descriptors
+        handles: dict[int, object] = {n: descriptors.get(name, name) for n, name in arch.reg_names}
+        handles[arch.sp] = descriptors.get(arch.reg_name(arch.sp), "sp")
+        self.handles = handles
+        self.pc = descriptors.get("rip" if arch.name == "amd64" else "pc", "pc")
+        self.arch = arch
+        # (CFA base register, interrupted) -> ((DWARF number, handle), ...)
+        self.wanted: dict[tuple[object, bool], tuple[tuple[int, object], ...]] = {}
+
+    def handle(self, regno: int) -> object:
+        return self.handles.get(regno) or self.arch.reg_name(regno)
+
+    def find_wanted(self, key: tuple[object, bool]) -> tuple[tuple[int, object], ...]:
+        """The registers a step reads: SP, FP, the CFA base, and the RA
+        register where it is live (the innermost or an interrupted frame)."""
+        cfa_reg, interrupted = key
+        arch = self.arch
+        numbers = [arch.sp, arch.fp]
+        if isinstance(cfa_reg, int) and cfa_reg not in numbers:
+            numbers.append(cfa_reg)
+        if arch.ra_reg is not None and interrupted:
+            numbers.append(arch.ra_reg)
+        found = self.wanted[key] = tuple((n, self.handle(n)) for n in numbers)
+        return found
+
+
+class _Walk:
+    """What one backtrace reuses from frame to frame.
+
+    GDB unwinds a stack from level 0 up, and flushes its frame cache (so
+    starts again at level 0) whenever the target runs, memory or registers
+    are written, or another thread is selected; a walk therefore starts
+    at level 0 and its page cache cannot go stale under it.
+    """
+
+    __slots__ = ("table", "memory", "after_sigtramp")
+
+    def __init__(self, table: _Table | None) -> None:
+        self.table = table
+        self.memory = PageCache(_memory_reader(gdb.selected_inferior()))
+        # Levels whose inner frame is a signal trampoline.
+        self.after_sigtramp: set[int] = set()
 
 
 class SFrameUnwinder(gdb.unwinder.Unwinder):
@@ -322,9 +372,10 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         self._dirty: set[object] = set()  # progspaces whose table must be re-read
         self._reported: set[str] = set()
         self._busy = False
-        # Levels whose inner frame is a signal trampoline, for this stop.
-        self._after_sigtramp: set[int] = set()
-        self._arch_cache: dict[tuple[str, str], tuple] = {}  # type: ignore[type-arg]
+        self._walk: _Walk | None = None
+        self._regs: dict[tuple[str, str], _Regs] = {}
+        self._pc_handles: dict[object, object] = {}
+        self._int_ids = True  # GDB 14+ takes plain ints in frame ids; 13 wants gdb.Values
 
     # Tables ---------------------------------------------------------------
 
@@ -385,26 +436,21 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
 
     # Unwinding --------------------------------------------------------------
 
-    def _arch_info(self, pending_frame, arch: Arch):  # type: ignore[no-untyped-def]
-        """Per-architecture facts, found once: (u64 type, pauth_cmask present,
-        {DWARF number: register handle}, pc handle, sp handle)."""
+    def end_walk(self, event: object = None) -> None:
+        """Forget the walk's cached memory (the target ran or was written)."""
+        self._walk = None
+
+    def _regs_for(self, entry: _Entry, pending_frame, arch: Arch) -> _Regs:  # type: ignore[no-untyped-def]
         gdb_arch = pending_frame.architecture()
-        name = gdb_arch.name()
-        cached = self._arch_cache.get((name, arch.name))
-        if cached is None:
-            u64 = gdb_arch.integer_type(64, False)
-            # Register descriptors (GDB 11+) spare GDB a name lookup per call;
-            # plain names work everywhere.
-            try:
-                descriptors = {r.name: r for r in gdb_arch.registers()}
-            except Exception:  # noqa: BLE001
-                descriptors = {}
-            regs = {n: descriptors.get(rname, rname) for n, rname in arch.reg_names}
-            regs[arch.sp] = descriptors.get(arch.reg_name(arch.sp), "sp")
-            pc = descriptors.get("rip" if arch.name == "amd64" else "pc", "pc")
-            cached = (u64, "pauth_cmask" in descriptors, regs, pc)
-            self._arch_cache[(name, arch.name)] = cached
-        return cached
+        key = (gdb_arch.name(), arch.name)
+        regs = self._regs.get(key)
+        if regs is None:
+            regs = self._regs[key] = _Regs(gdb_arch, arch)
+            # GDB keeps one gdb.Architecture per gdbarch: a cheap key for
+            # the PC's register handle (GDB 13 has no PendingFrame.pc()).
+            self._pc_handles[gdb_arch] = regs.pc
+        entry.regs = regs
+        return regs
 
     def __call__(self, pending_frame):  # type: ignore[no-untyped-def]
         if self.mode == "off" or self._busy:
@@ -423,22 +469,26 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
     _last_entry: _Entry | None = None
 
     def _unwind(self, pending_frame):  # type: ignore[no-untyped-def]
+        # The hot path of every backtrace: GDB calls it once per frame.
         self._last_entry = None
         level = pending_frame.level()
-        if level == 0:
-            self._after_sigtramp.clear()
-        pc = int(pending_frame.read_register("pc"))
-        table = self.table()
+        walk = self._walk
+        if level == 0 or walk is None:
+            walk = self._walk = _Walk(self.table())
+        pc = pending_frame.pc() if _HAS_PC else int(pending_frame.read_register(
+            self._pc_handles.get(pending_frame.architecture(), "pc")))
+        table = walk.table
         entry = table.find(pc) if table is not None else None
         if entry is None or entry.failed:
-            self._note_sigtramp(pending_frame, pc, level)
+            self._note_sigtramp(pending_frame, walk, pc, level)
             return None
         self._last_entry = entry
-        interrupted = level == 0 or level in self._after_sigtramp
+        interrupted = level == 0 or level in walk.after_sigtramp
         lookup_pc = pc if interrupted else pc - 1
-        if self.mode == "auto" and entry.covered_by_cfi(self, lookup_pc):
+        if (self.mode == "auto" and (entry.has_eh_frame or entry.has_debug_frame)
+                and entry.covered_by_cfi(self, lookup_pc)):
             return None
-        section = entry.sframe(self)
+        section = entry.section or entry.sframe(self)
         if section is None:
             return None
         try:
@@ -448,57 +498,81 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             self.report(entry.path, str(exc))
             return None
         if row is None:
-            self._note_sigtramp(pending_frame, pc, level)
+            self._note_sigtramp(pending_frame, walk, pc, level)
             return None  # not an SFrame PC (no FDE, or before the first FRE)
         arch: Arch = section.arch
-        u64, has_pauth, handles, pc_handle = self._arch_info(pending_frame, arch)
+        regs_info = entry.regs or self._regs_for(entry, pending_frame, arch)
         regs: dict[int, int] = {}
         read_register = pending_frame.read_register
-        for regno in _wanted(arch, row.cfa.reg if row.cfa is not None else None, interrupted):
+        cfa_rule = row.cfa
+        key = (cfa_rule.reg if cfa_rule is not None else None, interrupted)
+        for regno, handle in regs_info.wanted.get(key) or regs_info.find_wanted(key):
             try:
-                regs[regno] = int(read_register(handles[regno] if regno in handles
-                                                else arch.reg_name(regno)))
+                regs[regno] = int(read_register(handle))
             except (gdb.error, ValueError):
                 pass  # not saved by the inner frame's unwinder: unknown here
         pac_mask = DEFAULT_PAC_MASK
-        if has_pauth and row.ra_signed:
+        if row.ra_signed and regs_info.has_pauth:
             try:
-                pac_mask = int(pending_frame.read_register("pauth_cmask"))
+                pac_mask = int(read_register("pauth_cmask"))
             except (gdb.error, ValueError):
                 pass
-        frame = Frame(pc, regs, interrupted=interrupted)
-        result = step_with_row(frame, row, _Memory(), arch, pac_mask=pac_mask)
-
-        def value(x: int, _Value=gdb.Value):  # type: ignore[no-untyped-def]
-            # A plain gdb.Value is a 64-bit long: right size, and GDB 13 and
-            # 14+ both accept it; only the top half of the space needs the cast.
-            return _Value(x) if x < _SIGNED_LIMIT else _Value(x).cast(u64)
-
-        if isinstance(result, Stop):
-            # Claim the frame without a saved PC: GDB ends the backtrace here
-            # (GDB 18 prints "Backtrace stopped: frame did not save the PC"),
-            # rather than let a prologue analyzer guess a caller.
-            sp = regs.get(arch.sp, 0)
-            return pending_frame.create_unwind_info(_FrameId(value(sp), value(row.func_start)))
-        caller = result.caller
-        if not table.is_code(caller.pc if caller.interrupted else caller.pc - 1):
+        result = caller_registers(row, pc, regs, interrupted, walk.memory, arch, pac_mask)
+        func_start = row.func_start
+        if type(result) is not tuple:
+            corrupt = result.reason not in _ENDS  # type: ignore[union-attr]
+            return self._stop(pending_frame, regs.get(arch.sp), func_start, regs_info, corrupt)
+        cfa, caller_pc, caller_regs = result
+        caller_interrupted = row.signal
+        if not table.is_code(caller_pc if caller_interrupted else caller_pc - 1):  # type: ignore[union-attr]
             # A return address outside all code: the stack is corrupt (or
-            # the code was generated at run time). Stop here, cleanly.
-            return pending_frame.create_unwind_info(
-                _FrameId(value(result.cfa), value(row.func_start)))
-        info = pending_frame.create_unwind_info(_FrameId(value(result.cfa), value(row.func_start)))
-        info.add_saved_register(pc_handle, value(caller.pc))
-        for regno, val in caller.regs.items():
+            # the code was generated at run time).
+            return self._stop(pending_frame, regs.get(arch.sp), func_start, regs_info, True)
+        info = self._unwind_info(pending_frame, cfa, func_start, regs_info)
+        value = gdb.Value
+        info.add_saved_register(regs_info.pc, value(caller_pc) if caller_pc < _SIGNED_LIMIT
+                                else value(caller_pc).cast(regs_info.u64))
+        handles = regs_info.handles
+        for regno, val in caller_regs.items():
             try:
-                handle = handles[regno] if regno in handles else arch.reg_name(regno)
-                info.add_saved_register(handle, value(val))
+                info.add_saved_register(handles.get(regno) or arch.reg_name(regno),
+                                        value(val) if val < _SIGNED_LIMIT
+                                        else value(val).cast(regs_info.u64))
             except ValueError:
                 pass  # a register this GDB architecture does not have
-        if caller.interrupted:
-            self._after_sigtramp.add(level + 1)
+        if caller_interrupted:
+            walk.after_sigtramp.add(level + 1)
         return info
 
-    def _note_sigtramp(self, pending_frame, pc: int, level: int) -> None:  # type: ignore[no-untyped-def]
+    def _stop(self, pending_frame, sp: int | None, func_start: int, regs_info: _Regs,  # type: ignore[no-untyped-def]
+              corrupt: bool):
+        """Claim a frame the rows cannot unwind, so that GDB ends the
+        backtrace with it rather than let a prologue analyzer guess a caller.
+
+        The frame gets no saved PC. Where the stack looks corrupt, its id
+        also lies just below the SP, that is inner to the frame it was
+        called from: GDB (13 and later) then ends the backtrace after it with
+        "Backtrace stopped: previous frame inner to this frame (corrupt
+        stack?)". Where the rows say this is the outermost frame, there is
+        no such line (GDB 15+ still print "frame did not save the PC").
+        """
+        if sp is None:
+            sp = 1
+        return self._unwind_info(pending_frame, sp - 1 if corrupt else sp, func_start, regs_info)
+
+    def _unwind_info(self, pending_frame, sp: int, pc: int, regs_info: _Regs):  # type: ignore[no-untyped-def]
+        """``create_unwind_info`` with a (CFA, function start) frame id."""
+        if self._int_ids:
+            try:
+                return pending_frame.create_unwind_info(_FrameId(sp, pc))
+            except ValueError:
+                self._int_ids = False  # GDB 13: "frame_id should have 'sp' attribute."
+        value = gdb.Value
+        return pending_frame.create_unwind_info(_FrameId(
+            value(sp) if sp < _SIGNED_LIMIT else value(sp).cast(regs_info.u64),
+            value(pc) if pc < _SIGNED_LIMIT else value(pc).cast(regs_info.u64)))
+
+    def _note_sigtramp(self, pending_frame, walk: _Walk, pc: int, level: int) -> None:  # type: ignore[no-untyped-def]
         """Remember that the frame above ``level`` was interrupted by a signal.
 
         GDB's own sigtramp unwinder handles the trampoline frame (we decline
@@ -508,9 +582,8 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         pattern = _SIGTRAMPS.get(pending_frame.architecture().name())
         if pattern is None:
             return
-        data = _Memory().read(pc, len(pattern))
-        if data == pattern:
-            self._after_sigtramp.add(level + 1)
+        if walk.memory.read(pc, len(pattern)) == pattern:
+            walk.after_sigtramp.add(level + 1)
 
 
 # -- commands ----------------------------------------------------------------------
@@ -714,6 +787,7 @@ def _connect(plugin: SFrameUnwinder) -> None:
         plugin.mark_dirty(None)
 
     def on_stop(event=None) -> None:  # type: ignore[no-untyped-def]
+        plugin.end_walk()
         try:
             plugin.refresh()
         except Exception as exc:  # noqa: BLE001
@@ -728,6 +802,9 @@ def _connect(plugin: SFrameUnwinder) -> None:
         ("executable_changed", on_anything),  # GDB 14+
         ("corefile_changed", on_anything),  # GDB 18
         ("exited", on_anything),
+        ("cont", plugin.end_walk),
+        ("memory_changed", plugin.end_walk),
+        ("register_changed", plugin.end_walk),
         ("stop", on_stop),
         ("before_prompt", on_stop),
     ]

@@ -22,14 +22,16 @@ import lldb
 from lldb.plugins.scripted_frame_provider import ScriptedFrameProvider
 
 from sframe_core.abi import Arch
-from sframe_core.unwind import Frame, Stop, StopReason, walk
+from sframe_core.unwind import MAX_FRAMES, Frame, Stop, StopReason, walk
 
 from . import state
-from .target import INVALID, ProcessMemory, frame_registers, info_for, warn_once
+from .target import INVALID, ProcessMemory, frame_registers, info_for, target_key, warn_once
 
 __all__ = ["SFrameFrameProvider", "CLASS_NAME", "NORMAL_ENDS"]
 
 CLASS_NAME = f"{__name__}.SFrameFrameProvider"
+# (target, thread id) -> the frames of a core file's thread (``precompute``).
+_precomputed: dict[tuple[object, int], tuple[int | dict[str, int], ...]] = {}
 DESCRIPTION = "SFrame unwinder (sframe-gdb): frames where .eh_frame is missing"
 
 # Ends of a walk that are not worth a message: the stack really ends there,
@@ -53,11 +55,59 @@ class SFrameFrameProvider(ScriptedFrameProvider):
     def __init__(self, input_frames: lldb.SBFrameList, args: lldb.SBStructuredData) -> None:
         super().__init__(input_frames, args)
         SFrameFrameProvider.instances += 1
-        self._frames: list[int | dict[str, int]] = []
-        self._gen: Iterator[int | dict[str, int]] | None = None
+        self._reset()
+        if self.thread is not None and self.target is not None:
+            # A core file's frames, found before the provider was registered
+            # (see ``precompute``): answered without a single SB call.
+            key = (target_key(self.target), self.thread.GetThreadID())
+            frames = _precomputed.get(key)
+            if frames is not None:
+                self._frames = list(frames)
+                self._done = True
+                self._took_over = True
+
+    _frames: list[int | dict[str, int]]
+    _gen: Iterator[int | dict[str, int]] | None
+
+    def _reset(self) -> None:
+        self._frames = []
+        self._gen = None
         self._done = False
         self._took_over = False
         self._busy = False
+
+    @classmethod
+    def precompute(cls, target: lldb.SBTarget, thread: lldb.SBThread) -> list[int]:
+        """Work out ``thread``'s frames now, for the provider LLDB makes later.
+
+        For a core file LLDB builds frame lists on its event thread too, while
+        the main thread may hold the target's API lock: a provider that then
+        makes SB calls (memory, input frames) deadlocks LLDB 23.1.0. A core
+        never changes, so its frames are computed here, on the caller's thread
+        and before the provider exists, from LLDB's own frames
+        (``SBThread.GetFrameAtIndex``, the provider's input frames).
+        Returns the frames' PCs.
+        """
+        self = cls.__new__(cls)
+        self._reset()
+        self.input_frames = thread  # it has GetFrameAtIndex, as an SBFrameList does
+        self.thread = thread
+        self.process = thread.GetProcess()
+        self.target = target
+        self.args = None
+        frames = []
+        hooked, state.in_stop_hook = state.in_stop_hook, False  # no provider runs yet
+        try:
+            for index in range(MAX_FRAMES):
+                frame = self._frame_at(index)
+                if frame is None:
+                    break
+                frames.append(frame)
+        finally:
+            state.in_stop_hook = hooked
+        _precomputed[(target_key(target), thread.GetThreadID())] = tuple(frames)
+        return [thread.GetFrameAtIndex(f).GetPC() if isinstance(f, int) else f["pc"]
+                for f in frames]
 
     # -- LLDB's entry point -------------------------------------------------
 

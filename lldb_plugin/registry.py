@@ -7,8 +7,10 @@ and adds a scripted stop-hook (to the dummy target when no target exists yet)
 that registers on the target it fires in. The hook also fires at a launch's
 initial stop, before the first user-visible stop, which matters on 22.1.0:
 there a provider registered while stopped only takes effect at the next stop.
-For a core file (no stop at all) the provider is registered when the plugin
-is imported or ``sframe`` runs; on 22.1.0 use ``sframe bt`` there.
+For a core file the frames are worked out before the provider is registered
+(at the stop-hook as the core loads, or at import) and the provider only
+hands them out; where LLDB then shows other frames (22.1.0) the provider is
+removed again and ``sframe bt`` is the way.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import importlib
 import lldb
 
 from . import state as provider_state
-from .target import warn, warn_once
+from .target import target_key, warn, warn_once
 
 __all__ = ["supported", "register", "install", "status", "StopHook"]
 
@@ -37,10 +39,6 @@ def supported() -> bool:
     except Exception:  # noqa: BLE001
         return False
     return True
-
-
-def _key(target: lldb.SBTarget) -> object:
-    return target.GetGloballyUniqueID() if hasattr(target, "GetGloballyUniqueID") else id(target)
 
 
 def is_core(target: lldb.SBTarget) -> bool:
@@ -84,16 +82,20 @@ def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
     """Register the provider on ``target`` once; its id, or None."""
     if not supported() or target is None or not target.IsValid():
         return None
-    key = _key(target)
+    key = target_key(target)
     if key in _ids:
         return _ids[key]
-    if is_core(target):
-        # With a core, LLDB 23.1.0 computed frames on a second thread and the
-        # next 'bt' deadlocked (registered from the stop-hook as the core
-        # loaded, or later). 22.1.0 worked, but a hang is never acceptable.
-        warn("core file: plain 'bt' is not changed; use 'sframe bt'")
-        _ids[key] = 0
-        return None
+    core = is_core(target)
+    if core:
+        # LLDB also builds a core's frame lists on its event thread, where a
+        # provider making SB calls deadlocked 23.1.0: every thread's frames
+        # are worked out here, first, and the provider only hands them out.
+        from .provider import SFrameFrameProvider
+        process = target.GetProcess()
+        expected = []
+        for i in range(process.GetNumThreads()):
+            thread = process.GetThreadAtIndex(i)
+            expected.append((thread, SFrameFrameProvider.precompute(target, thread)))
     if is_live_remote(target):
         # Registering while a remote process exists (from the stop-hook at the
         # connect stop, at import, or 'sframe enable') makes LLDB recompute the
@@ -113,7 +115,15 @@ def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
         warn(f"could not register the frame provider: {error.GetCString() or 'unknown error'}")
         return None
     _ids[key] = ident
-    if check_now:
+    if core and not _core_frames_match(expected):
+        # LLDB 22.1.0 gives frame 0 again as frame 1 there: a wrong frame
+        # is worse than LLDB's own backtrace.
+        target.RemoveScriptedFrameProvider(ident)
+        _ids[key] = 0
+        warn("core file: this LLDB showed other frames than the provider gave; "
+             "plain 'bt' is unchanged, use 'sframe bt'")
+        return None
+    if check_now and not core:
         process = target.GetProcess()
         if process.IsValid() and process.GetState() in (lldb.eStateStopped, lldb.eStateCrashed):
             thread = process.GetSelectedThread()
@@ -126,6 +136,18 @@ def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
     return ident
 
 
+def _core_frames_match(expected: list[tuple[lldb.SBThread, list[int]]]) -> bool:
+    """Do the threads show the frames the provider was given?
+
+    Safe to ask for a core: the provider makes no SB call there, so LLDB
+    building frames on another thread cannot wait on this one's lock.
+    """
+    for thread, pcs in expected:
+        if [thread.GetFrameAtIndex(k).GetPC() for k in range(len(pcs))] != pcs:
+            return False
+    return True
+
+
 class StopHook:
     """``target stop-hook add -P lldb_plugin.registry.StopHook``: register at each stop."""
 
@@ -136,7 +158,7 @@ class StopHook:
     def handle_stop(self, exe_ctx: lldb.SBExecutionContext, stream: lldb.SBStream) -> bool:
         try:
             target = exe_ctx.GetTarget()
-            if target.IsValid() and _key(target) not in _ids:
+            if target.IsValid() and target_key(target) not in _ids:
                 # LLDB 23 runs the new provider at once, inside this hook, where
                 # reading an input frame's registers can hang: pass through then.
                 provider_state.in_stop_hook = True
@@ -153,7 +175,7 @@ def _add_stop_hook(debugger: lldb.SBDebugger, target: lldb.SBTarget | None,
                    key: object = None) -> None:
     """Add the hook to ``target`` (selected), or to the dummy target when None."""
     if key is None:
-        key = "dummy" if target is None else ("t", _key(target))
+        key = "dummy" if target is None else ("t", target_key(target))
     if key in _hooked:
         return
     result = lldb.SBCommandReturnObject()
@@ -195,7 +217,7 @@ def status(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> str:
                 "'sframe bt' works")
     if target is None or not target.IsValid():
         return "frame provider: will be registered for targets created from now on"
-    ident = _ids.get(_key(target))
+    ident = _ids.get(target_key(target))
     if not ident and is_core(target):
         return "frame provider: not used for core files (plain 'bt' is unchanged); use 'sframe bt'"
     if not ident:

@@ -17,16 +17,23 @@ import lldb
 
 from sframe_core.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
 from sframe_core.errors import SFrameError
+from sframe_core.memory import PageCache
 from sframe_core.modules import Module, ModuleTable
 from sframe_core.unwind import Frame
 
-__all__ = ["TargetInfo", "ProcessMemory", "info_for", "frame_registers", "warn_once", "warn",
-           "arch_for_triple", "INVALID"]
+__all__ = ["TargetInfo", "ProcessMemory", "target_key", "info_for", "frame_registers",
+           "warn_once", "warn", "arch_for_triple", "INVALID"]
 
 INVALID = getattr(lldb, "LLDB_INVALID_ADDRESS", 0xFFFF_FFFF_FFFF_FFFF)
-PAGE = 4096
 
 _reported: set[object] = set()
+
+
+def target_key(target: lldb.SBTarget) -> object:
+    """A target's identity across SBTarget wrappers (a lock-free SB call)."""
+    if hasattr(target, "GetGloballyUniqueID"):
+        return target.GetGloballyUniqueID()
+    return target.GetExecutable().fullpath
 
 
 def warn(text: str) -> None:
@@ -58,31 +65,16 @@ def arch_for_triple(triple: str) -> Arch | None:
     return None
 
 
-class ProcessMemory:
-    """``Memory`` over ``SBProcess.ReadMemory``, with a page cache for one stop."""
+def ProcessMemory(process: lldb.SBProcess) -> PageCache:  # noqa: N802 - reads as the Memory it makes
+    """``Memory`` over ``SBProcess.ReadMemory``, a page at a time, for one walk."""
 
-    def __init__(self, process: lldb.SBProcess) -> None:
-        self.process = process
-        self._pages: dict[int, bytes | None] = {}
-
-    def _raw(self, address: int, size: int) -> bytes | None:
+    def read(address: int, size: int) -> bytes | None:
         error = lldb.SBError()
-        data = self.process.ReadMemory(address, size, error)
+        data = process.ReadMemory(address, size, error)
         if not error.Success() or data is None or len(data) != size:
             return None
         return bytes(data)
-
-    def read(self, address: int, size: int) -> bytes | None:
-        if address < 0 or size <= 0:
-            return None
-        page = address & ~(PAGE - 1)
-        if address + size <= page + PAGE:
-            if page not in self._pages:
-                self._pages[page] = self._raw(page, PAGE)
-            chunk = self._pages[page]
-            if chunk is not None:
-                return chunk[address - page: address - page + size]
-        return self._raw(address, size)
+    return PageCache(read)
 
 
 def _section_loader(section: lldb.SBSection, target: lldb.SBTarget
@@ -194,15 +186,9 @@ def _signature(target: lldb.SBTarget) -> tuple[object, ...]:
 _cache: dict[object, tuple[tuple[object, ...], TargetInfo]] = {}
 
 
-def _target_key(target: lldb.SBTarget) -> object:
-    if hasattr(target, "GetGloballyUniqueID"):
-        return target.GetGloballyUniqueID()
-    return target.GetExecutable().fullpath
-
-
 def info_for(target: lldb.SBTarget) -> TargetInfo:
     """The target's module table, rebuilt only when its module list changed."""
-    key = _target_key(target)
+    key = target_key(target)
     sig = _signature(target)
     hit = _cache.get(key)
     if hit is not None and hit[0] == sig:

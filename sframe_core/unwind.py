@@ -16,10 +16,11 @@ from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
 from .abi import Arch
-from .rows import CFARule, Row, Rule, RuleKind
+from .rows import Row, Rule, RuleKind
 
 __all__ = [
-    "Memory", "RowSource", "Frame", "StopReason", "Stop", "Step", "step", "walk",
+    "Memory", "RowSource", "Frame", "StopReason", "Stop", "Step", "step", "step_with_row",
+    "caller_registers", "walk",
     "DEFAULT_PAC_MASK", "MAX_FRAMES", "strip_pac",
 ]
 
@@ -122,19 +123,6 @@ class _Unknown(Exception):
         self.regno = regno
 
 
-def _cfa(rule: CFARule, regs: Mapping[int, int], memory: Memory, big: bool) -> int:
-    base = regs.get(rule.reg)
-    if base is None:
-        raise _Unknown(rule.reg)
-    value = (base + rule.offset) & 0xFFFF_FFFF_FFFF_FFFF
-    if rule.deref:
-        loaded = _read_word(memory, value, big)
-        if loaded is None:
-            raise _Unreadable(value)
-        return loaded
-    return value
-
-
 def _apply(rule: Rule, regno: int, cfa: int, regs: Mapping[int, int], memory: Memory,
            big: bool) -> int | None:
     """The caller's value of ``regno``; None where the rule leaves it unknown."""
@@ -182,51 +170,98 @@ def step(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,
 def step_with_row(frame: Frame, row: Row, memory: Memory, arch: Arch, *,
                   pac_mask: int = DEFAULT_PAC_MASK) -> Step | Stop:
     """``step`` once the row is known (adapters that found it themselves)."""
-    if row.outermost or row.ra.kind is RuleKind.UNDEFINED:
+    result = caller_registers(row, frame.pc, frame.regs, frame.interrupted, memory, arch,
+                              pac_mask)
+    if type(result) is Stop:
+        return result
+    cfa, ra, caller_regs = result  # type: ignore[misc]
+    return Step(Frame(ra, caller_regs, row.signal), cfa, row)
+
+
+_MASK = 0xFFFF_FFFF_FFFF_FFFF
+_AT_CFA = RuleKind.AT_CFA
+_SAME = RuleKind.SAME_VALUE
+_UNDEF = RuleKind.UNDEFINED
+
+
+def caller_registers(row: Row, pc: int, regs: Mapping[int, int], interrupted: bool,
+                     memory: Memory, arch: Arch, pac_mask: int = DEFAULT_PAC_MASK,
+                     ) -> tuple[int, int, dict[int, int]] | Stop:
+    """The step as bare values: (CFA, caller's PC, caller's registers), or a Stop.
+
+    ``step_with_row`` wraps it in records; the GDB adapter calls it directly,
+    once per frame of every backtrace, so the usual case (CFA from a register,
+    RA and FP at the CFA or unchanged) is written out inline.
+    """
+    ra_rule = row.ra
+    if row.outermost or ra_rule.kind is _UNDEF:
         return Stop(StopReason.OUTERMOST)
-    if row.cfa is None:
-        return Stop(StopReason.UNKNOWN_RULE, f"pc {frame.pc:#x} ({row.source})")
-    regs = frame.regs
+    cfa_rule = row.cfa
+    if cfa_rule is None:
+        return Stop(StopReason.UNKNOWN_RULE, f"pc {pc:#x} ({row.source})")
     big = arch.big_endian
     try:
-        cfa = _cfa(row.cfa, regs, memory, big)
+        base = regs.get(cfa_rule.reg)
+        if base is None:
+            raise _Unknown(cfa_rule.reg)
+        cfa = (base + cfa_rule.offset) & _MASK
+        if cfa_rule.deref:
+            loaded = _read_word(memory, cfa, big)
+            if loaded is None:
+                raise _Unreadable(cfa)
+            cfa = loaded
         sp = regs.get(arch.sp)
-        if sp is not None:
-            if cfa < sp or (cfa == sp and not frame.interrupted):
-                return Stop(StopReason.CFA_NOT_UP, f"CFA {cfa:#x} is not above SP {sp:#x}")
-        if cfa % 8:
+        if sp is not None and (cfa < sp or (cfa == sp and not interrupted)):
+            return Stop(StopReason.CFA_NOT_UP, f"CFA {cfa:#x} is not above SP {sp:#x}")
+        if cfa & 7:
             return Stop(StopReason.MISALIGNED, f"CFA {cfa:#x}")
-        ra_reg = arch.ra_reg if arch.ra_reg is not None else arch.ra
-        if row.ra.kind is RuleKind.SAME_VALUE and (
-                arch.ra_reg is None or not frame.interrupted or ra_reg not in regs):
-            # The RA still in its register is only meaningful where that
-            # register is the live one: the innermost or an interrupted frame.
-            return Stop(StopReason.REGISTER_UNKNOWN,
-                        f"return address in {arch.reg_name(ra_reg)} at pc {frame.pc:#x}")
-        ra = _apply(row.ra, ra_reg, cfa, regs, memory, big)
-        if ra is None:
-            return Stop(StopReason.OUTERMOST)
+        ra_reg = arch.ra_reg
+        if ra_rule.kind is _AT_CFA:
+            address = (cfa + ra_rule.offset) & _MASK
+            ra = _read_word(memory, address, big)
+            if ra is None:
+                raise _Unreadable(address)
+        else:
+            column = ra_reg if ra_reg is not None else arch.ra
+            if ra_rule.kind is _SAME and (ra_reg is None or not interrupted
+                                          or ra_reg not in regs):
+                # The RA still in its register is only meaningful where that
+                # register is the live one: the innermost or an interrupted frame.
+                return Stop(StopReason.REGISTER_UNKNOWN,
+                            f"return address in {arch.reg_name(column)} at pc {pc:#x}")
+            ra = _apply(ra_rule, column, cfa, regs, memory, big)
+            if ra is None:
+                return Stop(StopReason.OUTERMOST)
         caller_regs: dict[int, int] = {}
         for regno, rule in row.regs:
             value = _apply(rule, regno, cfa, regs, memory, big)
             if value is not None:
                 caller_regs[regno] = value
-        fp = _apply(row.fp, arch.fp, cfa, regs, memory, big)
+        fp_rule = row.fp
+        fp_reg = arch.fp
+        if fp_rule.kind is _SAME:
+            fp = regs.get(fp_reg)
+        elif fp_rule.kind is _AT_CFA:
+            address = (cfa + fp_rule.offset) & _MASK
+            fp = _read_word(memory, address, big)
+            if fp is None:
+                raise _Unreadable(address)
+        else:
+            fp = _apply(fp_rule, fp_reg, cfa, regs, memory, big)
     except _Unreadable as exc:
         return Stop(StopReason.MEMORY, f"at {exc.address:#x}")
     except _Unknown as exc:
-        return Stop(StopReason.REGISTER_UNKNOWN, f"{arch.reg_name(exc.regno)} at pc {frame.pc:#x}")
+        return Stop(StopReason.REGISTER_UNKNOWN, f"{arch.reg_name(exc.regno)} at pc {pc:#x}")
     if fp is not None:
-        caller_regs[arch.fp] = fp
-    if arch.ra_reg is not None:
-        caller_regs[arch.ra_reg] = ra
+        caller_regs[fp_reg] = fp
+    if ra_reg is not None:
+        caller_regs[ra_reg] = ra
     if row.ra_signed:
-        ra = strip_pac(ra, pac_mask)
+        ra &= ~pac_mask
     if ra == 0:
         return Stop(StopReason.RA_ZERO)
-    caller_regs[arch.sp] = (cfa + arch.sp_val_offset) & 0xFFFF_FFFF_FFFF_FFFF
-    caller = Frame(ra, caller_regs, interrupted=row.signal)
-    return Step(caller, cfa, row)
+    caller_regs[arch.sp] = (cfa + arch.sp_val_offset) & _MASK
+    return cfa, ra, caller_regs
 
 
 def walk(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,
