@@ -19,6 +19,8 @@ LOG="$(mktemp /tmp/sframe-setup.XXXXXX.log)"
 q() { if ! "$@" >>"$LOG" 2>&1; then echo "FAILED: $*" >&2; tail -30 "$LOG" >&2; exit 1; fi; }
 
 GDB_VER="${GDB_FOR_PWNDBG_VERSION:-18.1.0.post1}"
+# gdb 17 too: its Python unwinder internals were rewritten (the distro gdbs are 13 and 16)
+GDB17_VER="${GDB17_FOR_PWNDBG_VERSION:-17.2.0.post5}"
 LLDB_VERS="${LLDB_FOR_PWNDBG_VERSIONS:-21:21.1.7.post1 22:22.1.0.post3 23:23.1.0.post2}"
 
 # ---------------------------------------------------------------- 1. apt
@@ -110,6 +112,10 @@ if [ -z "${SETUP_SKIP_DEBUGGERS:-}" ]; then
   mkvenv "$DBG/gdb18" "gdb-for-pwndbg==$GDB_VER"
   WRAP_ENV="LD_LIBRARY_PATH=\"$PYLIB\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"; export LD_LIBRARY_PATH" \
     write_wrapper "$BIN/gdb-18" "$DBG/gdb18/bin/gdb"
+  step "gdb-for-pwndbg==$GDB17_VER -> .debuggers/gdb17"
+  mkvenv "$DBG/gdb17" "gdb-for-pwndbg==$GDB17_VER"
+  WRAP_ENV="LD_LIBRARY_PATH=\"$PYLIB\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"; export LD_LIBRARY_PATH" \
+    write_wrapper "$BIN/gdb-17" "$DBG/gdb17/bin/gdb"
   for pair in $LLDB_VERS; do
     major="${pair%%:*}"; ver="${pair#*:}"
     step "lldb-for-pwndbg==$ver -> .debuggers/lldb$major"

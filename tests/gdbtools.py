@@ -27,6 +27,7 @@ TIMEOUT = 60  # seconds for one command; a 10,000-frame bt takes a few
 # The gdbs the suite runs under: the system one and the one scripts/setup.sh installs.
 GDBS = {
     "gdb13": os.environ.get("SFRAME_GDB13", "/usr/bin/gdb"),
+    "gdb17": os.environ.get("SFRAME_GDB17", str(ROOT / ".debuggers" / "bin" / "gdb-17")),
     "gdb18": os.environ.get("SFRAME_GDB18", str(ROOT / ".debuggers" / "bin" / "gdb-18")),
 }
 
