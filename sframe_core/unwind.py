@@ -104,18 +104,17 @@ def strip_pac(value: int, mask: int = DEFAULT_PAC_MASK) -> int:
     return value & ~mask
 
 
-def _read_word(memory: Memory, address: int, big_endian: bool) -> int | None:
-    if address < 0:
-        return None
-    data = memory.read(address, 8)
-    if data is None or len(data) != 8:
-        return None
-    return int(_WORD[big_endian].unpack(data)[0])
-
-
 class _Unreadable(Exception):
     def __init__(self, address: int) -> None:
         self.address = address
+
+
+def _load(memory: Memory, address: int, big_endian: bool) -> int:
+    """The word at ``address``; raises _Unreadable (the step turns it into a Stop)."""
+    data = memory.read(address, 8)
+    if data is None or len(data) != 8:
+        raise _Unreadable(address)
+    return int(_WORD[big_endian].unpack(data)[0])
 
 
 class _Unknown(Exception):
@@ -141,10 +140,7 @@ def _apply(rule: Rule, regno: int, cfa: int, regs: Mapping[int, int], memory: Me
         address = (base + rule.offset) & 0xFFFF_FFFF_FFFF_FFFF
     if kind is RuleKind.CFA_PLUS or kind is RuleKind.IN_REG:
         return address
-    loaded = _read_word(memory, address, big)
-    if loaded is None:
-        raise _Unreadable(address)
-    return loaded
+    return _load(memory, address, big)
 
 
 def step(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,
@@ -206,10 +202,7 @@ def caller_registers(row: Row, pc: int, regs: Mapping[int, int], interrupted: bo
             raise _Unknown(cfa_rule.reg)
         cfa = (base + cfa_rule.offset) & _MASK
         if cfa_rule.deref:
-            loaded = _read_word(memory, cfa, big)
-            if loaded is None:
-                raise _Unreadable(cfa)
-            cfa = loaded
+            cfa = _load(memory, cfa, big)
         sp = regs.get(arch.sp)
         if sp is not None and (cfa < sp or (cfa == sp and not interrupted)):
             return Stop(StopReason.CFA_NOT_UP, f"CFA {cfa:#x} is not above SP {sp:#x}")
@@ -217,10 +210,7 @@ def caller_registers(row: Row, pc: int, regs: Mapping[int, int], interrupted: bo
             return Stop(StopReason.MISALIGNED, f"CFA {cfa:#x}")
         ra_reg = arch.ra_reg
         if ra_rule.kind is _AT_CFA:
-            address = (cfa + ra_rule.offset) & _MASK
-            ra = _read_word(memory, address, big)
-            if ra is None:
-                raise _Unreadable(address)
+            ra = _load(memory, (cfa + ra_rule.offset) & _MASK, big)
         else:
             column = ra_reg if ra_reg is not None else arch.ra
             if ra_rule.kind is _SAME and (ra_reg is None or not interrupted
@@ -229,9 +219,10 @@ def caller_registers(row: Row, pc: int, regs: Mapping[int, int], interrupted: bo
                 # register is the live one: the innermost or an interrupted frame.
                 return Stop(StopReason.REGISTER_UNKNOWN,
                             f"return address in {arch.reg_name(column)} at pc {pc:#x}")
-            ra = _apply(ra_rule, column, cfa, regs, memory, big)
-            if ra is None:
+            applied = _apply(ra_rule, column, cfa, regs, memory, big)
+            if applied is None:
                 return Stop(StopReason.OUTERMOST)
+            ra = applied
         caller_regs: dict[int, int] = {}
         for regno, rule in row.regs:
             value = _apply(rule, regno, cfa, regs, memory, big)
@@ -242,10 +233,7 @@ def caller_registers(row: Row, pc: int, regs: Mapping[int, int], interrupted: bo
         if fp_rule.kind is _SAME:
             fp = regs.get(fp_reg)
         elif fp_rule.kind is _AT_CFA:
-            address = (cfa + fp_rule.offset) & _MASK
-            fp = _read_word(memory, address, big)
-            if fp is None:
-                raise _Unreadable(address)
+            fp = _load(memory, (cfa + fp_rule.offset) & _MASK, big)
         else:
             fp = _apply(fp_rule, fp_reg, cfa, regs, memory, big)
     except _Unreadable as exc:

@@ -55,12 +55,19 @@ GDB_SETUP = ["-nx", "-batch", "-ex", "set backtrace past-main on",
 
 def gdb_run(program: Path | str, args: list[str], tmp: Path, *, core: Path | None = None,
             breakpoint: str | None = "stop_here", pcs: bool = True,
-            timeout: float = 120) -> dict[int, list[int]]:
-    """Run ``program`` under gdb to ``breakpoint`` (or a fatal signal); gcore; PCs per LWP."""
+            timeout: float = 120, settle: bool = False) -> dict[int, list[int]]:
+    """Run ``program`` under gdb to ``breakpoint`` (or a fatal signal); gcore; PCs per LWP.
+
+    ``settle``: at the breakpoint, run the program on for 0.3 s (an inferior
+    call of usleep, the other threads running too), so that threads just
+    released from a barrier reach the place they wait in.
+    """
     cmd = [gdb_path(), *GDB_SETUP]
     if breakpoint:
         cmd += ["-ex", f"break {breakpoint}"]
     cmd += ["-ex", "run"]
+    if settle:
+        cmd += ["-ex", "call (int)usleep(300000)"]
     if core is not None:
         cmd += ["-ex", f"gcore {core}"]
     if pcs:

@@ -90,13 +90,16 @@ def test_fatal_signal_cores_match_gdb(mode: str, tmp_path: Path) -> None:
 @pytest.mark.gdb
 @pytest.mark.parametrize("producer", PRODUCERS)
 def test_threads_core_matches_gdb_in_every_thread(producer: str, tmp_path: Path) -> None:
-    # Threads loop on usleep(); one may be between two sleeps when gdb stops
-    # them, so the two runs are retried until every thread is in the kernel.
+    # Threads loop on usleep(); at the breakpoint some may not have left the
+    # barrier yet (settle runs them on for a moment), and one may be between
+    # two sleeps when gdb stops them: the two runs are retried until every
+    # thread is in the kernel.
     for attempt in range(4):
         core = tmp_path / f"threads.noeh.{attempt}.core"
-        gdb_run(_fixture(producer, "threads.noeh"), [], tmp_path, core=core, pcs=False)
+        gdb_run(_fixture(producer, "threads.noeh"), [], tmp_path, core=core, pcs=False,
+                settle=True)
         twin = gdb_run(_fixture(producer, "threads"), [], tmp_path,
-                       core=tmp_path / f"threads.{attempt}.core")
+                       core=tmp_path / f"threads.{attempt}.core", settle=True)
         data = sframe_json("backtrace", "--core", str(core))
         ours = sorted(our_pcs(data).values())
         theirs = sorted(twin.values())
