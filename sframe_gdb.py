@@ -25,7 +25,15 @@ Design, in the order GDB meets it:
   address minus the section's ``sh_addr`` on disk (debugger-apis.md A2: never
   from ``info sharedlibrary``). ELF headers and SFrame tables are read only
   when a PC inside the objfile is first unwound through, then cached in a
-  ``sframe_core.modules.Module`` per objfile.
+  ``sframe_core.modules.Module`` per objfile. A file whose section headers
+  were stripped shows GDB no sections: its ``PT_GNU_SFRAME`` segment is
+  placed by ``info proc mappings`` instead.
+
+* The hot path. GDB calls the unwinder once per frame of every backtrace;
+  what a walk reuses (the section table, a page cache of target memory)
+  lives in a ``_Walk`` made at level 0, and register handles and frame-id
+  forms are found once. This keeps ``bt`` as fast as GDB's own DWARF
+  unwinder (``bench/bench_gdb.py``).
 
 * The unwinder, a global ``gdb.unwinder.Unwinder`` named ``sframe``. It claims
   a frame when its PC lies in an objfile whose ``.sframe`` covers it and, in
@@ -39,7 +47,8 @@ Design, in the order GDB meets it:
   callee's: GDB then ends the backtrace with "Backtrace stopped: previous
   frame inner to this frame (corrupt stack?)" instead of letting its
   prologue analyzer invent frames (which, in a binary without ``.eh_frame``,
-  it does).
+  it does). A PC no FDE covers is left to GDB, except with a frame pointer
+  of 0: that is ``_start``, the outermost frame.
 
 * Errors. Anything raised inside the unwinder is caught, reported once per
   objfile as ``warning: sframe: PATH: ...``, and the frame is declined.
@@ -129,7 +138,7 @@ if _PROBLEM is None:
     from sframe_core.errors import SFrameError
     from sframe_core.memory import PageCache
     from sframe_core.modules import Module
-    from sframe_core.unwind import DEFAULT_PAC_MASK, StopReason, caller_registers
+    from sframe_core.unwind import DEFAULT_PAC_MASK, StopReason, caller_registers, stop_without_row
 
 
 # -- small helpers --------------------------------------------------------------
@@ -173,6 +182,9 @@ _SIGTRAMPS = {
 # -- the section table GDB reports --------------------------------------------
 
 _HEADER = re.compile(r"^(Exec file|Object file|Core file): [`'](.*)', file type")
+# A line of `info proc mappings`: start, end, size, offset, [perms,] objfile.
+_MAPPING = re.compile(r"^\s*(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+0x[0-9a-f]+\s+(0x[0-9a-f]+)"
+                      r"(?:\s+[-r][-w][-x][-ps])?\s+(/.*)$", re.M)
 _SECTION = re.compile(r"^\s*\[\s*\d+\]\s+(0x[0-9a-fA-F]+)->(0x[0-9a-fA-F]+) at 0x[0-9a-fA-F]+: "
                       r"(\S+)(.*)$")
 
@@ -239,7 +251,8 @@ class _Table:
         self.entries = entries
         # The code sections of every objfile (with SFrame or not, the vdso
         # included): a return address outside them ends the backtrace.
-        self._code = sorted(code or [])
+        self.code = sorted(code or [])
+        self._code = self.code
         self._code_starts = [lo for lo, _ in self._code]
         spans = sorted((lo, hi, e) for e in entries for lo, hi in e.code)
         self._starts = [s[0] for s in spans]
@@ -375,6 +388,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         self._walk: _Walk | None = None
         self._regs: dict[tuple[str, str], _Regs] = {}
         self._pc_handles: dict[object, object] = {}
+        self._no_segment_sframe: set[tuple[str, int]] = set()  # (path, mtime): no PT_GNU_SFRAME
         self._int_ids = True  # GDB 14+ takes plain ints in frame ids; 13 wants gdb.Values
 
     # Tables ---------------------------------------------------------------
@@ -425,7 +439,60 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         except gdb.error as exc:
             _warn(f"cannot read the section table: {exc}")
             return
-        self._tables[progspace] = _Table.parse(text, wanted, old)
+        table = _Table.parse(text, wanted, old)
+        found = {e.path for e in table.entries}
+        extra = self._segment_entries(wanted - found, old)
+        if extra:
+            table = _Table(table.entries + extra,
+                           table.code + [span for e in extra for span in e.code])
+        self._tables[progspace] = table
+
+    def _segment_entries(self, paths: set[str], old: dict[tuple[str, int], _Entry]
+                         ) -> list[_Entry]:
+        """Entries for objfiles GDB shows no sections of (section headers
+        stripped) whose file has a PT_GNU_SFRAME segment, placed by the
+        process's mappings (``info proc mappings``: live processes and cores)."""
+        from sframe_core.elf import read_elf
+        candidates = {}
+        for path in paths:
+            try:
+                key = (path, os.stat(path).st_mtime_ns)
+            except OSError:
+                continue
+            if key in self._no_segment_sframe:
+                continue
+            try:
+                info = read_elf(path)
+            except SFrameError:
+                info = None
+            if info is None or not info.from_segment or info.sframe_address is None:
+                self._no_segment_sframe.add(key)
+                continue
+            candidates[path] = info
+        if not candidates:
+            return []
+        try:
+            text = gdb.execute("info proc mappings", to_string=True)
+        except gdb.error:
+            return []  # no process yet, or a target without mappings
+        entries = []
+        for path, info in candidates.items():
+            bias = None
+            for m in _MAPPING.finditer(text):
+                if m.group(4).strip() == path:
+                    bias = info.bias_for_mapping(int(m.group(1), 16), int(m.group(3), 16))
+                    if bias is not None:
+                        break
+            if bias is None:
+                continue
+            start = info.sframe_address + bias
+            entry = old.get((path, start)) or _Entry(path, start)
+            entry.code = [(seg.vaddr + bias, seg.vaddr + seg.memsz + bias)
+                          for seg in info.segments if seg.executable and seg.memsz]
+            # Without section headers GDB reads no .eh_frame either.
+            entry.has_eh_frame = entry.has_debug_frame = False
+            entries.append(entry)
+        return entries
 
     def tables_entries(self, progspace: object) -> list[_Entry]:
         table = self._tables.get(progspace)
@@ -497,11 +564,13 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             entry.failed = True
             self.report(entry.path, str(exc))
             return None
-        if row is None:
-            self._note_sigtramp(pending_frame, walk, pc, level)
-            return None  # not an SFrame PC (no FDE, or before the first FRE)
         arch: Arch = section.arch
         regs_info = entry.regs or self._regs_for(entry, pending_frame, arch)
+        if row is None:
+            # Not an SFrame PC (no FDE): GDB's own unwinders may know it,
+            # unless it is _start (FP 0), where they would invent callers.
+            self._note_sigtramp(pending_frame, walk, pc, level)
+            return self._outermost(pending_frame, pc, arch, regs_info)
         regs: dict[int, int] = {}
         read_register = pending_frame.read_register
         cfa_rule = row.cfa
@@ -543,6 +612,20 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         if caller_interrupted:
             walk.after_sigtramp.add(level + 1)
         return info
+
+    def _outermost(self, pending_frame, pc: int, arch: Arch, regs_info: _Regs):  # type: ignore[no-untyped-def]
+        """Claim a frame no row covers when the core says it is the outermost."""
+        try:
+            fp = int(pending_frame.read_register(regs_info.handle(arch.fp)))
+        except (gdb.error, ValueError):
+            return None
+        if stop_without_row(pc, {arch.fp: fp}, arch).reason is not StopReason.OUTERMOST:
+            return None
+        try:
+            sp: int | None = int(pending_frame.read_register(regs_info.handle(arch.sp)))
+        except (gdb.error, ValueError):
+            sp = None
+        return self._stop(pending_frame, sp, pc, regs_info, False)
 
     def _stop(self, pending_frame, sp: int | None, func_start: int, regs_info: _Regs,  # type: ignore[no-untyped-def]
               corrupt: bool):

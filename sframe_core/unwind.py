@@ -20,7 +20,7 @@ from .rows import Row, Rule, RuleKind
 
 __all__ = [
     "Memory", "RowSource", "Frame", "StopReason", "Stop", "Step", "step", "step_with_row",
-    "caller_registers", "walk",
+    "caller_registers", "stop_without_row", "walk",
     "DEFAULT_PAC_MASK", "MAX_FRAMES", "strip_pac",
 ]
 
@@ -154,13 +154,21 @@ def step(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,
             return Stop(StopReason.ERROR, str(exc))
         raise
     if row is None:
-        if frame.regs.get(arch.fp) == 0:
-            # How glibc and libgcc recognise _start, which clears rbp/x29 and
-            # has no unwind information of its own.
-            return Stop(StopReason.OUTERMOST, f"no unwind information at pc {frame.pc:#x} and "
-                        "the frame pointer is 0, as at _start")
-        return Stop(StopReason.NO_INFO, f"pc {frame.pc:#x}")
+        return stop_without_row(frame.pc, frame.regs, arch)
     return step_with_row(frame, row, memory, arch, pac_mask=pac_mask)
+
+
+def stop_without_row(pc: int, regs: Mapping[int, int], arch: Arch) -> Stop:
+    """Why the walk ends at a frame no row covers.
+
+    A frame pointer of 0 is how glibc and libgcc recognise ``_start``, which
+    clears rbp/x29 and has no unwind information of its own: the outermost
+    frame. Anything else is a frame nothing describes.
+    """
+    if regs.get(arch.fp) == 0:
+        return Stop(StopReason.OUTERMOST, f"no unwind information at pc {pc:#x} and "
+                    "the frame pointer is 0, as at _start")
+    return Stop(StopReason.NO_INFO, f"pc {pc:#x}")
 
 
 def step_with_row(frame: Frame, row: Row, memory: Memory, arch: Arch, *,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -330,6 +331,60 @@ def test_attach(gdb_path: str) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def _no_section_headers(source: Path, dest: Path) -> Path:
+    """A copy of ``source`` with its section headers gone (e_shoff, e_shnum and
+    e_shstrndx zeroed, as `objcopy --strip-section-headers` leaves a file):
+    GDB then sees no sections, and only PT_GNU_SFRAME leads to the SFrame data."""
+    data = bytearray(source.read_bytes())
+    struct.pack_into("<Q", data, 0x28, 0)  # e_shoff (ELF64, little-endian)
+    struct.pack_into("<HHH", data, 0x3A, 0, 0, 0)  # e_shentsize, e_shnum, e_shstrndx
+    dest.write_bytes(bytes(data))
+    dest.chmod(0o755)
+    return dest
+
+
+def _twin_pcs_to_start(gdb_path: str) -> list[int | None]:
+    """The twin's PCs from abort() to _start (its .eh_frame ends the stack there)."""
+    with Gdb(gdb_path, plugin=False, args=[str(_require(X86 / "bu2.44-v2" / "deep"))]) as g:
+        g.cmd("set backtrace past-main on")
+        g.cmd("run abort")
+        frames = g.bt()
+    assert frames[-1].name == "_start", frames
+    return [f.pc for f in frames]
+
+
+@pytest.mark.parametrize("kind", ["stripped", "no-section-headers", "no-section-headers-core"])
+def test_stripped_binary_ends_at_start(gdb_path: str, kind: str, tmp_path: Path) -> None:
+    """Without symbols gdb walks on past main: through libc's start code (its
+    .eh_frame) to _start, which has no unwind information at all. The rows'
+    rule for _start (FP 0) ends the backtrace there, where gdb alone invents
+    frames. Without section headers gdb sees no .sframe section: the plugin
+    finds it through PT_GNU_SFRAME and places it by the process's mappings."""
+    twin = _twin_pcs_to_start(gdb_path)
+    program = _require(X86 / "bu2.44-v2" / "deep.noeh.stripped")
+    if kind != "stripped":
+        program = _no_section_headers(_require(X86 / "bu2.44-v2" / "deep.noeh"),
+                                      tmp_path / "deep.noshdr")
+    core = tmp_path / "deep.core"
+    with Gdb(gdb_path, plugin=False, args=[str(program)]) as g:
+        g.cmd("run abort")
+        without = [f.pc for f in g.bt()]
+        assert without != twin, "the fixture does not need the plugin"
+        if kind.endswith("-core"):
+            g.cmd(f"gcore {core}")
+    args = [str(program)] + ([str(core)] if kind.endswith("-core") else [])
+    with Gdb(gdb_path, plugin=False, args=args) as g:
+        if not kind.endswith("-core"):
+            g.cmd("run abort")
+        _no_python_errors(g.load_plugin())
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        assert [f.pc for f in parse_bt(text)] == twin, text
+        # gdb 15+ say why the backtrace ends; 13 and 14 have no line for it.
+        assert text.count("Backtrace stopped") <= 1
+        assert "previous frame inner" not in text
 
 
 # -- errors ---------------------------------------------------------------------------
