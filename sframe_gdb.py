@@ -47,8 +47,8 @@ Design, in the order GDB meets it:
   callee's: GDB then ends the backtrace with "Backtrace stopped: previous
   frame inner to this frame (corrupt stack?)" instead of letting its
   prologue analyzer invent frames (which, in a binary without ``.eh_frame``,
-  it does). A PC no FDE covers is left to GDB, except with a frame pointer
-  of 0: that is ``_start``, the outermost frame.
+  it does). A PC no FDE covers is left to GDB, except amd64's ``_start``
+  (the entry function, rbp 0), whose callers GDB would invent.
 
 * Errors. Anything raised inside the unwinder is caught, reported once per
   objfile as ``warning: sframe: PATH: ...``, and the frame is declined.
@@ -179,6 +179,12 @@ _SIGTRAMPS = {
 }
 
 
+# GDB architectures whose prologue analyzer has no outermost rule: from a
+# _start without unwind information it reads callers off the stack. (The
+# aarch64 one stops at x29 = 0 by itself, and is left to do so.)
+_INVENTS_PAST_START = frozenset({"i386:x86-64"})
+
+
 # -- the section table GDB reports --------------------------------------------
 
 _HEADER = re.compile(r"^(Exec file|Object file|Core file): [`'](.*)', file type")
@@ -201,6 +207,7 @@ class _Entry:
         self.module: Module | None = None
         self.failed = False  # unreadable or corrupt: reported, then ignored
         self.section = None  # the SFrameSection, once opened
+        self._start: tuple[int, int] | None | bool = False  # not looked for yet
         self.regs: _Regs | None = None  # this objfile's register handles
 
     def get_module(self, plugin: SFrameUnwinder) -> Module | None:
@@ -230,6 +237,12 @@ class _Entry:
             return None
         self.section = section
         return section
+
+    def start_function(self) -> tuple[int, int] | None:
+        """The span of ``_start`` when this is an executable without an FDE for it."""
+        if self._start is False:
+            self._start = self.module.entry_function() if self.module is not None else None
+        return self._start  # type: ignore[return-value]
 
     def covered_by_cfi(self, plugin: SFrameUnwinder, pc: int) -> bool:
         """Does an ``.eh_frame``/``.debug_frame`` FDE of this file cover ``pc``?"""
@@ -568,8 +581,12 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         regs_info = entry.regs or self._regs_for(entry, pending_frame, arch)
         if row is None:
             # Not an SFrame PC (no FDE): GDB's own unwinders may know it,
-            # unless it is _start (FP 0), where they would invent callers.
+            # unless it is _start (with FP 0), where they invent callers.
             self._note_sigtramp(pending_frame, walk, pc, level)
+            start = entry.start_function()
+            if (start is None or not start[0] <= lookup_pc < start[1]
+                    or pending_frame.architecture().name() not in _INVENTS_PAST_START):
+                return None
             return self._outermost(pending_frame, pc, arch, regs_info)
         regs: dict[int, int] = {}
         read_register = pending_frame.read_register

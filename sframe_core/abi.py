@@ -30,6 +30,10 @@ class Arch:
     reg_names: tuple[tuple[int, str], ...]
     # ELF e_machine names pyelftools reports for this ABI.
     elf_machines: tuple[str, ...]
+    # The ABI marks the outermost frame with a frame pointer of 0 (x86-64
+    # psABI: _start clears rbp; AAPCS64: the frame-record chain ends with
+    # x29 = 0). s390x has no such rule: r11 is 0 in ordinary code too.
+    fp_zero_outermost: bool = True
 
     def reg_name(self, regno: int) -> str:
         for number, name in self.reg_names:
@@ -66,7 +70,7 @@ AARCH64_BE = Arch("aarch64_be", 1, True, sp=31, fp=29, ra=30, ra_reg=30, sp_val_
 AARCH64_LE = Arch("aarch64", 2, False, sp=31, fp=29, ra=30, ra_reg=30, sp_val_offset=0,
                   reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",))
 S390X = Arch("s390x", 4, True, sp=15, fp=11, ra=14, ra_reg=14, sp_val_offset=-160,
-             reg_names=_S390X_REGS, elf_machines=("EM_S390",))
+             reg_names=_S390X_REGS, elf_machines=("EM_S390",), fp_zero_outermost=False)
 
 ARCHES = (AARCH64_BE, AARCH64_LE, AMD64, S390X)
 

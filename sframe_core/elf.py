@@ -59,6 +59,7 @@ class ElfSFrame:
     from_segment: bool  # found through PT_GNU_SFRAME (section headers gone)
     relocated: bool  # .o relocations were applied: start fields are PC-relative
     segments: tuple[LoadSegment, ...] = ()
+    entry: int = 0  # e_entry: where _start is, in executables
 
     def bias_for_mapping(self, start: int, file_offset: int) -> int | None:
         """Load bias given that address ``start`` holds file byte ``file_offset``."""
@@ -188,7 +189,7 @@ def _read(elf: Any, name: str) -> ElfSFrame:
         for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD")
     machine = elf["e_machine"]
     return ElfSFrame(name, machine, not elf.little_endian, elf["e_type"], has_eh, has_debug,
-                     address, data, from_segment, relocated, segments)
+                     address, data, from_segment, relocated, segments, elf["e_entry"])
 
 
 def open_sframe(path: str | os.PathLike[str], address: int | None = None) -> SFrameSection:

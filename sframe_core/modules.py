@@ -40,6 +40,10 @@ class Mapping:
     path: str
 
 
+# glibc's _start: 38 bytes on x86-64, 52 on aarch64; musl's is smaller.
+ENTRY_FUNCTION_MAX = 64
+
+
 class Module:
     """One loaded ELF file at a load bias, with lazily opened unwind tables.
 
@@ -118,6 +122,31 @@ class Module:
                 except SFrameError as exc:
                     self._fail(exc)
         return self._sframe
+
+    def entry_function(self) -> tuple[int, int] | None:
+        """The runtime span of an executable's entry function (``_start``)
+        when no FDE describes it: from ``e_entry`` to the next function with
+        an FDE, at most ``ENTRY_FUNCTION_MAX`` bytes (``_start`` is a handful
+        of instructions in every libc, and a static binary's libc start code
+        that follows it has no FDE either). None for libraries and where
+        ``_start`` has its own FDE."""
+        info = self.elf
+        section = self.sframe
+        if info is None or section is None or not info.entry or info.elf_type not in (
+                "ET_EXEC", "ET_DYN"):
+            return None
+        start = info.entry + self.bias
+        try:
+            if section.find_fde(start) is not None:
+                return None
+            following = section.next_fde_start(start)
+        except SFrameError as exc:
+            self._fail(exc)
+            return None
+        end = start + ENTRY_FUNCTION_MAX
+        if following is not None:
+            end = min(end, following)
+        return (start, end)
 
     @property
     def cfi(self) -> CFITable | None:

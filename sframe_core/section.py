@@ -147,6 +147,15 @@ class SFrameSection:
                 hi = mid
         return lo - 1
 
+    def next_fde_start(self, pc: int) -> int | None:
+        """Where the first function after ``pc`` that has an FDE starts, or None."""
+        if self.header.sorted and self._starts is None:
+            index = self._search_in_place(pc) + 1
+            return self._start(index) if index < self.header.num_fdes else None
+        starts, _ = self._table()
+        pos = bisect_right(starts, pc)
+        return starts[pos] if pos < len(starts) else None
+
     def find_fde(self, pc: int) -> FDE | None:
         """The FDE whose ``[start, start + size)`` holds ``pc``, or None."""
         order: list[int] | None = None

@@ -161,11 +161,12 @@ def step(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,
 def stop_without_row(pc: int, regs: Mapping[int, int], arch: Arch) -> Stop:
     """Why the walk ends at a frame no row covers.
 
-    A frame pointer of 0 is how glibc and libgcc recognise ``_start``, which
-    clears rbp/x29 and has no unwind information of its own: the outermost
-    frame. Anything else is a frame nothing describes.
+    On amd64 and aarch64 a frame pointer of 0 is how glibc and libgcc
+    recognise ``_start``, which clears rbp/x29 and has no unwind information
+    of its own: the outermost frame (``Arch.fp_zero_outermost``). Anything
+    else is a frame nothing describes.
     """
-    if regs.get(arch.fp) == 0:
+    if arch.fp_zero_outermost and regs.get(arch.fp) == 0:
         return Stop(StopReason.OUTERMOST, f"no unwind information at pc {pc:#x} and "
                     "the frame pointer is 0, as at _start")
     return Stop(StopReason.NO_INFO, f"pc {pc:#x}")
