@@ -137,7 +137,7 @@ if _PROBLEM is None:
     from sframe_core.describe import lookup_text
     from sframe_core.errors import SFrameError
     from sframe_core.memory import PageCache
-    from sframe_core.modules import Module
+    from sframe_core.modules import Mapping, Module, load_bias
     from sframe_core.unwind import DEFAULT_PAC_MASK, StopReason, caller_registers, stop_without_row
 
 
@@ -265,8 +265,7 @@ class _Table:
         # The code sections of every objfile (with SFrame or not, the vdso
         # included): a return address outside them ends the backtrace.
         self.code = sorted(code or [])
-        self._code = self.code
-        self._code_starts = [lo for lo, _ in self._code]
+        self._code_starts = [lo for lo, _ in self.code]
         spans = sorted((lo, hi, e) for e in entries for lo, hi in e.code)
         self._starts = [s[0] for s in spans]
         self._spans = spans
@@ -282,7 +281,7 @@ class _Table:
 
     def is_code(self, pc: int) -> bool:
         i = bisect.bisect_right(self._code_starts, pc) - 1
-        return i >= 0 and self._code[i][0] <= pc < self._code[i][1]
+        return i >= 0 and self.code[i][0] <= pc < self.code[i][1]
 
     @classmethod
     def parse(cls, text: str, wanted: set[str], old: dict[tuple[str, int], _Entry]) -> _Table:
@@ -355,6 +354,11 @@ class _Regs:
 
     def handle(self, regno: int) -> object:
         return self.handles.get(regno) or self.arch.reg_name(regno)
+
+    def value(self, x: int):  # type: ignore[no-untyped-def]
+        """``x`` as a register-sized gdb.Value: a plain one is a 64-bit long,
+        which GDB 13 and 14+ both accept; only the top half needs the cast."""
+        return gdb.Value(x) if x < _SIGNED_LIMIT else gdb.Value(x).cast(self.u64)
 
     def find_wanted(self, key: tuple[object, bool]) -> tuple[tuple[int, object], ...]:
         """The registers a step reads: SP, FP, the CFA base, and the RA
@@ -488,14 +492,11 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             text = gdb.execute("info proc mappings", to_string=True)
         except gdb.error:
             return []  # no process yet, or a target without mappings
+        mappings = [Mapping(int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16),
+                            m.group(4).strip()) for m in _MAPPING.finditer(text)]
         entries = []
         for path, info in candidates.items():
-            bias = None
-            for m in _MAPPING.finditer(text):
-                if m.group(4).strip() == path:
-                    bias = info.bias_for_mapping(int(m.group(1), 16), int(m.group(3), 16))
-                    if bias is not None:
-                        break
+            bias = load_bias(info, (m for m in mappings if m.path == path))
             if bias is None:
                 continue
             start = info.sframe_address + bias
@@ -565,8 +566,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         self._last_entry = entry
         interrupted = level == 0 or level in walk.after_sigtramp
         lookup_pc = pc if interrupted else pc - 1
-        if (self.mode == "auto" and (entry.has_eh_frame or entry.has_debug_frame)
-                and entry.covered_by_cfi(self, lookup_pc)):
+        if self.mode == "auto" and entry.covered_by_cfi(self, lookup_pc):
             return None
         section = entry.section or entry.sframe(self)
         if section is None:
@@ -615,15 +615,12 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             # the code was generated at run time).
             return self._stop(pending_frame, regs.get(arch.sp), func_start, regs_info, True)
         info = self._unwind_info(pending_frame, cfa, func_start, regs_info)
-        value = gdb.Value
-        info.add_saved_register(regs_info.pc, value(caller_pc) if caller_pc < _SIGNED_LIMIT
-                                else value(caller_pc).cast(regs_info.u64))
-        handles = regs_info.handles
+        value = regs_info.value
+        info.add_saved_register(regs_info.pc, value(caller_pc))
+        handle = regs_info.handle
         for regno, val in caller_regs.items():
             try:
-                info.add_saved_register(handles.get(regno) or arch.reg_name(regno),
-                                        value(val) if val < _SIGNED_LIMIT
-                                        else value(val).cast(regs_info.u64))
+                info.add_saved_register(handle(regno), value(val))
             except ValueError:
                 pass  # a register this GDB architecture does not have
         if caller_interrupted:
@@ -667,10 +664,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
                 return pending_frame.create_unwind_info(_FrameId(sp, pc))
             except ValueError:
                 self._int_ids = False  # GDB 13: "frame_id should have 'sp' attribute."
-        value = gdb.Value
-        return pending_frame.create_unwind_info(_FrameId(
-            value(sp) if sp < _SIGNED_LIMIT else value(sp).cast(regs_info.u64),
-            value(pc) if pc < _SIGNED_LIMIT else value(pc).cast(regs_info.u64)))
+        return pending_frame.create_unwind_info(_FrameId(regs_info.value(sp), regs_info.value(pc)))
 
     def _note_sigtramp(self, pending_frame, walk: _Walk, pc: int, level: int) -> None:  # type: ignore[no-untyped-def]
         """Remember that the frame above ``level`` was interrupted by a signal.

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .elf import ElfSFrame
     from .section import SFrameSection
 
-__all__ = ["Mapping", "Module", "ModuleTable", "SOURCES"]
+__all__ = ["Mapping", "Module", "ModuleTable", "SOURCES", "load_bias"]
 
 # Row sources in the order they are tried, by default: SFrame first, the
 # reason this project exists; DWARF CFI where SFrame has no FDE (libc on
@@ -38,6 +38,17 @@ class Mapping:
     end: int
     file_offset: int
     path: str
+
+
+def load_bias(info: ElfSFrame, maps: Iterable[Mapping]) -> int | None:
+    """A file's load bias from its mappings: the first, by file offset, that
+    lies in a PT_LOAD segment decides (a core's NT_FILE, /proc/PID/maps and
+    GDB's ``info proc mappings`` all list them)."""
+    for m in sorted(maps, key=lambda m: m.file_offset):
+        bias = info.bias_for_mapping(m.start, m.file_offset)
+        if bias is not None:
+            return bias
+    return None
 
 
 # glibc's _start: 38 bytes on x86-64, 52 on aarch64; musl's is smaller.
@@ -209,11 +220,7 @@ class ModuleTable:
                 info = read_elf(disk)
             except SFrameError:
                 continue  # not an ELF file (a data file mapped by the program)
-            bias = None
-            for m in sorted(maps, key=lambda m: m.file_offset):
-                bias = info.bias_for_mapping(m.start, m.file_offset)
-                if bias is not None:
-                    break
+            bias = load_bias(info, maps)
             if bias is None:
                 continue
             modules.append(Module(disk, bias, [(m.start, m.end) for m in maps], name=path,

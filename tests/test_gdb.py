@@ -170,6 +170,26 @@ def test_frame_ids_up_down_finish(gdb_path: str) -> None:
         assert _key(g.bt()) == twin[2:]
 
 
+def _stepi_in_lockstep(twin: Gdb, g: Gdb, *, until: str, limit: int) -> tuple[set[str], int]:
+    """stepi the twin and the plugin's gdb together, the whole bt compared at
+    each step, until the twin's frame 0 is in ``until`` (or ``limit`` steps):
+    the frame-0 functions seen, and the steps taken."""
+    seen: set[str] = set()
+    steps = 0
+    while steps < limit:
+        expect = _key(twin.bt())
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        assert _key(parse_bt(text)) == expect, f"step {steps}: {text}"
+        seen.add(expect[0][1])
+        if expect[0][1] == until:
+            break
+        twin.cmd("stepi")
+        g.cmd("stepi")
+        steps += 1
+    return seen, steps
+
+
 def test_stepi_matches_twin(gdb_path: str) -> None:
     """Every instruction from f2's entry to its return: prologue, alloca, a tail
     call (f3 -> f4), stop_here, epilogues. Same bt as the twin at each step."""
@@ -179,19 +199,7 @@ def test_stepi_matches_twin(gdb_path: str) -> None:
         for s in (twin, g):
             s.cmd("break *f2")
             s.cmd("run")
-        steps = 0
-        seen = set()
-        while steps < MAX_STEPS:
-            expect = _key(twin.bt())
-            text = g.cmd("bt")
-            _no_python_errors(text)
-            assert _key(parse_bt(text)) == expect, f"step {steps}"
-            seen.add(expect[0][1])
-            if expect[0][1] == "f1":
-                break
-            twin.cmd("stepi")
-            g.cmd("stepi")
-            steps += 1
+        seen, steps = _stepi_in_lockstep(twin, g, until="f1", limit=MAX_STEPS)
         assert {"f2", "f3", "f4", "stop_here", "f1"} <= seen, seen
         assert steps < MAX_STEPS
 
@@ -282,17 +290,7 @@ def test_step_into_plt(gdb_path: str) -> None:
             s.cmd("set environment LD_BIND_NOW 1")  # no trip through the lazy resolver
             s.cmd("break *u1")
             s.cmd("run")
-        names = set()
-        for step in range(60):
-            expect = _key(twin.bt())
-            text = g.cmd("bt")
-            _no_python_errors(text)
-            assert _key(parse_bt(text)) == expect, f"step {step}: {text}"
-            names.add(expect[0][1])
-            if expect[0][1] == "lib_b":
-                break
-            twin.cmd("stepi")
-            g.cmd("stepi")
+        names, _ = _stepi_in_lockstep(twin, g, until="lib_b", limit=60)
         assert "lib_a@plt" in names or any("plt" in n for n in names), names
         assert "lib_a" in names
 
