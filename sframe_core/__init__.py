@@ -1,7 +1,7 @@
 """sframe_core: decode SFrame stack-trace sections and unwind with them.
 
 The shared core of sframe-gdb. It never imports gdb or lldb: the adapters
-(``sframe_gdb.py``, ``lldb_plugin``) give it registers and memory, and it
+(``gdb_plugin``, ``lldb_plugin``) give it registers and memory, and it
 gives back caller frames.
 """
 
