@@ -15,25 +15,26 @@ import sys
 import gdb  # type: ignore[import-not-found]
 
 
+def _sframe_gdb_warn(text: str) -> None:
+    gdb.write(f"warning: sframe: {text}\n", gdb.STDERR)
+
+
 def _sframe_gdb_load() -> None:
     root = os.path.dirname(os.path.realpath(os.path.abspath(__file__)))
     deps = os.path.join(root, "sframe_core", "deps.py")
     missing = runpy.run_path(deps)["ensure"](root) if os.path.isfile(deps) else ["sframe_core"]
-    problem = None
     if "pyelftools" in missing:
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        problem = ("cannot import pyelftools; run: python3 -m pip install --user pyelftools "
-                   f"(for the Python gdb embeds, {version}: {sys.executable or 'python3'})")
-    else:
-        try:
-            import gdb_plugin
-        except ImportError as exc:
-            problem = (f"cannot import the GDB adapter ({exc}); keep sframe_gdb.py next to the "
-                       "sframe_core and gdb_plugin directories, or pip install sframe-gdb")
-    if problem is not None:
-        gdb.write(f"warning: sframe: {problem}\n", gdb.STDERR)
+        _sframe_gdb_warn("cannot import pyelftools; run: python3 -m pip install --user pyelftools "
+                         f"(for the Python gdb embeds, {version}: {sys.executable or 'python3'})")
         return
-    gdb_plugin.register()
+    try:
+        from gdb_plugin.plugin import register
+    except ImportError as exc:
+        _sframe_gdb_warn(f"cannot import the GDB adapter ({exc}); keep sframe_gdb.py next to the "
+                         "sframe_core and gdb_plugin directories, or pip install sframe-gdb")
+        return
+    register()
 
 
 _sframe_gdb_load()
