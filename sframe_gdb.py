@@ -12,7 +12,7 @@ import os
 import runpy
 import sys
 
-import gdb  # type: ignore[import-not-found]
+import gdb
 
 
 def _sframe_gdb_warn(text: str) -> None:

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from gdbtools import GDBS, Gdb, fixture, gdb_version  # noqa: E402
+from gdbtools import GDBS, Gdb, fixture, gdb_version
 
 PRODUCER = "bu2.44-v2"
 

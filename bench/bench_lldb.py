@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from lldbtools import FIXTURES, Session, break_command, parse_bt  # noqa: E402
+from lldbtools import FIXTURES, Session, break_command, parse_bt
 
 
 def timed_bt(version: str, binary: Path, twin: Path, depth: int, *, plugin: bool,

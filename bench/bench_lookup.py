@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sframe_core.section import SFrameSection  # noqa: E402
+from sframe_core.section import SFrameSection
 
 # (start offset, base is SP, data words): a 236-byte amd64 function that pushes
 # three registers and grows a 96-byte frame (the deep fixture's func idx [4]).

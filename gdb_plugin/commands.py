@@ -7,7 +7,7 @@ defined again, so sourcing the loader twice is harmless).
 
 from __future__ import annotations
 
-import gdb  # type: ignore[import-not-found]
+import gdb
 
 from sframe_core.describe import lookup_text
 from sframe_core.errors import SFrameError

@@ -8,7 +8,7 @@ A walk's memory cache is dropped whenever the target runs or is written.
 
 from __future__ import annotations
 
-import gdb  # type: ignore[import-not-found]
+import gdb
 
 from .unwinder import SFrameUnwinder, warn
 
@@ -19,7 +19,7 @@ def connect(plugin: SFrameUnwinder) -> None:
     """Connect the handlers, replacing those of an earlier load."""
     events = gdb.events
 
-    def on_new_objfile(event) -> None:  # type: ignore[no-untyped-def]
+    def on_new_objfile(event) -> None:
         objfile = event.new_objfile
         plugin.mark_dirty(objfile.progspace)
         # Refresh now: GDB may unwind (stop at a breakpoint, `finish') before
@@ -30,19 +30,19 @@ def connect(plugin: SFrameUnwinder) -> None:
             except Exception as exc:  # noqa: BLE001
                 warn(f"cannot read the section table: {exc}")
 
-    def on_free_objfile(event) -> None:  # type: ignore[no-untyped-def]
+    def on_free_objfile(event) -> None:
         plugin.mark_dirty(event.objfile.progspace)
 
-    def on_clear_objfiles(event) -> None:  # type: ignore[no-untyped-def]
+    def on_clear_objfiles(event) -> None:
         plugin.mark_dirty(event.progspace)
 
-    def on_free_progspace(event) -> None:  # type: ignore[no-untyped-def]
+    def on_free_progspace(event) -> None:
         plugin.forget(event.progspace)
 
-    def on_anything(event=None) -> None:  # type: ignore[no-untyped-def]
+    def on_anything(event=None) -> None:
         plugin.mark_dirty(None)
 
-    def on_stop(event=None) -> None:  # type: ignore[no-untyped-def]
+    def on_stop(event=None) -> None:
         plugin.end_walk()
         try:
             plugin.refresh()

@@ -60,7 +60,8 @@ class ObjfileEntry:
         self.module: Module | None = None
         self.failed = False  # unreadable or corrupt: reported, then ignored
         self.section: SFrameSection | None = None  # the SFrameSection, once opened
-        self._start: tuple[int, int] | None | bool = False  # not looked for yet
+        self._start: tuple[int, int] | None = None
+        self._start_known = False
         self.regs: Registers | None = None  # this objfile's register handles
 
     def get_module(self, plugin: Reporter) -> Module | None:
@@ -92,9 +93,10 @@ class ObjfileEntry:
 
     def start_function(self) -> tuple[int, int] | None:
         """The span of ``_start`` when this is an executable without an FDE for it."""
-        if self._start is False:
+        if not self._start_known:
             self._start = self.module.entry_function() if self.module is not None else None
-        return self._start  # type: ignore[return-value]
+            self._start_known = True
+        return self._start
 
     def covered_by_cfi(self, plugin: Reporter, pc: int) -> bool:
         """Does an ``.eh_frame``/``.debug_frame`` FDE of this file cover ``pc``?"""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import gdb  # type: ignore[import-not-found]
-import gdb.unwinder  # type: ignore[import-not-found]
+import gdb
+import gdb.unwinder
 
 from . import commands, events
 from .unwinder import SFrameUnwinder

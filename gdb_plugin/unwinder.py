@@ -28,13 +28,14 @@ may not call ``gdb.execute``.
 
 from __future__ import annotations
 
-import gdb  # type: ignore[import-not-found]
-import gdb.unwinder  # type: ignore[import-not-found]
+import gdb
+import gdb.unwinder
 
-from sframe_core.abi import Arch
+from sframe_core.abi import AARCH64_LE, AMD64, Arch
 from sframe_core.errors import SFrameError
 from sframe_core.memory import PageCache
-from sframe_core.unwind import DEFAULT_PAC_MASK, StopReason, caller_registers, stop_without_row
+from sframe_core.norow import entry_stop, is_sigreturn
+from sframe_core.unwind import DEFAULT_PAC_MASK, NORMAL_ENDS, Stop, caller_registers
 
 from .objfiles import (
     SECTIONS_COMMAND,
@@ -62,7 +63,7 @@ class _FrameId:
         self.pc = pc
 
 
-def _memory_reader(inferior):  # type: ignore[no-untyped-def]
+def _memory_reader(inferior):
     """``read(address, size)`` over an inferior (live or core); None where unreadable."""
     read_memory = inferior.read_memory
 
@@ -74,12 +75,9 @@ def _memory_reader(inferior):  # type: ignore[no-untyped-def]
     return read
 
 
-# The instructions of the Linux signal-return trampolines, as GDB's own
-# sigtramp sniffers match them (amd64-linux-tdep.c, aarch64-linux-tdep.c).
-_SIGTRAMPS = {
-    "i386:x86-64": b"\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05",  # mov $15,%rax; syscall
-    "aarch64": b"\x68\x11\x80\xd2\x01\x00\x00\xd4",  # mov x8,#139; svc #0
-}
+# The ABI of a GDB architecture, for frames no objfile with SFrame covers
+# (a signal trampoline in the vdso or libc).
+_GDB_ARCHES = {"i386:x86-64": AMD64, "aarch64": AARCH64_LE}
 
 
 # GDB architectures whose prologue analyzer has no outermost rule: from a
@@ -93,8 +91,6 @@ _INVENTS_PAST_START = frozenset({"i386:x86-64"})
 MODES = ("auto", "always", "off")
 _SIGNED_LIMIT = 1 << 63
 _HAS_PC = hasattr(gdb.PendingFrame, "pc")  # GDB 14+: the PC without a gdb.Value
-# Stops that are the normal end of a stack, not a sign of corruption.
-_ENDS = frozenset((StopReason.OUTERMOST, StopReason.RA_ZERO))
 
 
 class Registers:
@@ -104,7 +100,7 @@ class Registers:
     names work everywhere.
     """
 
-    def __init__(self, gdb_arch, arch: Arch) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, gdb_arch, arch: Arch) -> None:
         self.u64 = gdb_arch.integer_type(64, False)
         try:
             descriptors = {r.name: r for r in gdb_arch.registers()}
@@ -122,7 +118,7 @@ class Registers:
     def handle(self, regno: int) -> object:
         return self.handles.get(regno) or self.arch.reg_name(regno)
 
-    def value(self, x: int):  # type: ignore[no-untyped-def]
+    def value(self, x: int):
         """``x`` as a register-sized gdb.Value: a plain one is a 64-bit long,
         which GDB 13 and 14+ both accept; only the top half needs the cast."""
         return gdb.Value(x) if x < _SIGNED_LIMIT else gdb.Value(x).cast(self.u64)
@@ -253,7 +249,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         """Forget the walk's cached memory (the target ran or was written)."""
         self._walk = None
 
-    def _regs_for(self, entry: ObjfileEntry, pending_frame, arch: Arch) -> Registers:  # type: ignore[no-untyped-def]
+    def _regs_for(self, entry: ObjfileEntry, pending_frame, arch: Arch) -> Registers:
         gdb_arch = pending_frame.architecture()
         key = (gdb_arch.name(), arch.name)
         regs = self._regs.get(key)
@@ -265,7 +261,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         entry.regs = regs
         return regs
 
-    def __call__(self, pending_frame):  # type: ignore[no-untyped-def]
+    def __call__(self, pending_frame):
         if self.mode == "off" or self._busy:
             return None
         self._busy = True
@@ -281,7 +277,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
 
     _last_entry: ObjfileEntry | None = None
 
-    def _unwind(self, pending_frame):  # type: ignore[no-untyped-def]
+    def _unwind(self, pending_frame):
         # The hot path of every backtrace: GDB calls it once per frame.
         self._last_entry = None
         level = pending_frame.level()
@@ -315,11 +311,9 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             # Not an SFrame PC (no FDE): GDB's own unwinders may know it,
             # unless it is _start (with FP 0), where they invent callers.
             self._note_sigtramp(pending_frame, walk, pc, level)
-            start = entry.start_function()
-            if (start is None or not start[0] <= lookup_pc < start[1]
-                    or pending_frame.architecture().name() not in _INVENTS_PAST_START):
+            if pending_frame.architecture().name() not in _INVENTS_PAST_START:
                 return None
-            return self._outermost(pending_frame, pc, arch, regs_info)
+            return self._outermost(pending_frame, entry, pc, lookup_pc, arch, regs_info)
         regs: dict[int, int] = {}
         read_register = pending_frame.read_register
         cfa_rule = row.cfa
@@ -337,12 +331,12 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
                 pass
         result = caller_registers(row, pc, regs, interrupted, walk.memory, arch, pac_mask)
         func_start = row.func_start
-        if type(result) is not tuple:
-            corrupt = result.reason not in _ENDS  # type: ignore[union-attr]
+        if isinstance(result, Stop):
+            corrupt = result.reason not in NORMAL_ENDS
             return self._stop(pending_frame, regs.get(arch.sp), func_start, regs_info, corrupt)
         cfa, caller_pc, caller_regs = result
         caller_interrupted = row.signal
-        if not table.is_code(caller_pc if caller_interrupted else caller_pc - 1):  # type: ignore[union-attr]
+        if table is None or not table.is_code(caller_pc if caller_interrupted else caller_pc - 1):
             # A return address outside all code: the stack is corrupt (or
             # the code was generated at run time).
             return self._stop(pending_frame, regs.get(arch.sp), func_start, regs_info, True)
@@ -359,13 +353,16 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             walk.after_sigtramp.add(level + 1)
         return info
 
-    def _outermost(self, pending_frame, pc: int, arch: Arch, regs_info: Registers):  # type: ignore[no-untyped-def]
+    def _outermost(self, pending_frame, entry: ObjfileEntry, pc: int, lookup_pc: int,
+                   arch: Arch, regs_info: Registers):
         """Claim a frame no row covers when the core says it is the outermost."""
-        try:
-            fp = int(pending_frame.read_register(regs_info.handle(arch.fp)))
-        except (gdb.error, ValueError):
-            return None
-        if stop_without_row(pc, {arch.fp: fp}, arch).reason is not StopReason.OUTERMOST:
+        def read_fp() -> int | None:
+            try:
+                return int(pending_frame.read_register(regs_info.handle(arch.fp)))
+            except (gdb.error, ValueError):
+                return None
+
+        if entry_stop(pc, lookup_pc, entry.start_function(), read_fp, arch) is None:
             return None
         try:
             sp: int | None = int(pending_frame.read_register(regs_info.handle(arch.sp)))
@@ -373,7 +370,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             sp = None
         return self._stop(pending_frame, sp, pc, regs_info, False)
 
-    def _stop(self, pending_frame, sp: int | None, func_start: int, regs_info: Registers,  # type: ignore[no-untyped-def]
+    def _stop(self, pending_frame, sp: int | None, func_start: int, regs_info: Registers,
               corrupt: bool):
         """Claim a frame the rows cannot unwind, so that GDB ends the
         backtrace with it rather than let a prologue analyzer guess a caller.
@@ -389,7 +386,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             sp = 1
         return self._unwind_info(pending_frame, sp - 1 if corrupt else sp, func_start, regs_info)
 
-    def _unwind_info(self, pending_frame, sp: int, pc: int, regs_info: Registers):  # type: ignore[no-untyped-def]
+    def _unwind_info(self, pending_frame, sp: int, pc: int, regs_info: Registers):
         """``create_unwind_info`` with a (CFA, function start) frame id."""
         if self._int_ids:
             try:
@@ -398,15 +395,13 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
                 self._int_ids = False  # GDB 13: "frame_id should have 'sp' attribute."
         return pending_frame.create_unwind_info(_FrameId(regs_info.value(sp), regs_info.value(pc)))
 
-    def _note_sigtramp(self, pending_frame, walk: _Walk, pc: int, level: int) -> None:  # type: ignore[no-untyped-def]
+    def _note_sigtramp(self, pending_frame, walk: _Walk, pc: int, level: int) -> None:
         """Remember that the frame above ``level`` was interrupted by a signal.
 
         GDB's own sigtramp unwinder handles the trampoline frame (we decline
         it); its caller's PC is the interrupted instruction, not a return
         address, so it is looked up at ``pc``, not ``pc - 1``.
         """
-        pattern = _SIGTRAMPS.get(pending_frame.architecture().name())
-        if pattern is None:
-            return
-        if walk.memory.read(pc, len(pattern)) == pattern:
+        arch = _GDB_ARCHES.get(pending_frame.architecture().name())
+        if arch is not None and is_sigreturn(arch, walk.memory, pc):
             walk.after_sigtramp.add(level + 1)

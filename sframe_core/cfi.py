@@ -527,8 +527,8 @@ class CFITable:
         else:
             self._path = None
             self._elf = source
-        self.name = name or self._path or getattr(getattr(source, "stream", None), "name",
-                                                  "<elf>")
+        self.name = str(name or self._path or getattr(getattr(source, "stream", None), "name",
+                                                      "<elf>"))
         self.bias = bias
         self._arch: Arch | None = None
         self._index: _Index | None = None

@@ -230,12 +230,12 @@ def _configure_lldbinit(parser: argparse.ArgumentParser) -> None:
 
 @command("lldbinit", "print the ~/.lldbinit line that loads the LLDB plugin", _configure_lldbinit)
 def run_lldbinit(args: argparse.Namespace) -> int:
-    try:
-        from lldb_plugin import lldbinit_line
-    except ImportError as exc:
-        raise CommandFailed(f"the lldb_plugin package is not installed beside sframe_core: {exc}"
-                            ) from None
-    sys.stdout.write(lldbinit_line() + "\n")
+    """``lldb_plugin`` sits beside the ``sframe_core`` package, like ``sframe_gdb.py``."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    plugin = os.path.join(here, "lldb_plugin")
+    if not os.path.isfile(os.path.join(plugin, "__init__.py")):
+        raise CommandFailed(f"{plugin}: not found (is sframe-gdb installed with its LLDB plugin?)")
+    sys.stdout.write(f"command script import {plugin}\n")
     return 0
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gdbtools import GDBS, PLUGIN, Gdb, fixture, gdb_version, parse_bt  # noqa: E402
+from gdbtools import GDBS, PLUGIN, Gdb, fixture, gdb_version, parse_bt
 
 pytestmark = [pytest.mark.gdb]
 
