@@ -11,6 +11,7 @@ import gdb
 
 from sframe_core.describe import lookup_text
 from sframe_core.errors import SFrameError
+from sframe_core.version import __version__
 
 from .unwinder import MODES, SFrameUnwinder
 
@@ -113,11 +114,11 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
             return
         self.plugin.refresh()
         entries = self.plugin.tables_entries(gdb.current_progspace())
+        gdb.write(f"sframe unwinder (sframe-gdb {__version__}): mode {self.plugin.mode}, "
+                  f"{'enabled' if self.plugin.enabled else 'disabled'}\n")
         if not entries:
             gdb.write("No objfile has a .sframe section.\n")
             return
-        gdb.write(f"sframe unwinder: mode {self.plugin.mode}, "
-                  f"{'enabled' if self.plugin.enabled else 'disabled'}\n")
         for entry in entries:
             section = entry.sframe(self.plugin)
             if section is None:

@@ -19,6 +19,7 @@ from sframe_core.backtrace import LLDB_STYLE, thread_lines
 from sframe_core.describe import describe_row, lookup_text
 from sframe_core.errors import SFrameError
 from sframe_core.unwind import Frame, Stop, StopReason, walk
+from sframe_core.version import __version__
 
 from .target import INVALID, TargetInfo, info_for, innermost, process_memory
 
@@ -263,7 +264,7 @@ class SFrameCommand:
             result.AppendMessage(registry.status(debugger, target))
             return
         if args.cmd == "status":
-            result.AppendMessage(registry.status(debugger, target))
+            result.AppendMessage(f"sframe-gdb {__version__}\n{registry.status(debugger, target)}")
             return
         if not target.IsValid():
             raise CommandError("no target")

@@ -8,5 +8,5 @@ gives back caller frames.
 from .errors import FileError, FormatError, SFrameError
 from .section import Lookup, SFrameSection
 
-__all__ = ["SFrameError", "FormatError", "FileError", "SFrameSection", "Lookup"]
-__version__ = "0.1.0"
+__all__ = ["SFrameError", "FormatError", "FileError", "SFrameSection", "Lookup", "__version__"]
+from .version import __version__

@@ -23,6 +23,7 @@ from .dump import dump_json, dump_lines, fde_json, fre_json
 from .elf import read_elf
 from .errors import FileError, SFrameError
 from .section import SFrameSection
+from .version import __version__
 
 __all__ = ["main", "command", "COMMANDS", "CommandFailed", "parse_address", "open_input"]
 
@@ -244,6 +245,7 @@ def run_lldbinit(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Inspect SFrame (.sframe) sections.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s (sframe-gdb) {__version__}")
     parser.add_argument("--traceback", action="store_true", help=argparse.SUPPRESS)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for cmd in COMMANDS:
