@@ -12,7 +12,7 @@ addresses) in the SFrame version the installed libsframe reads:
 
 then looks up the same random PCs through ``SFrameSection.lookup`` and
 ``sframe_find_fre`` and prints absolute times and ours/libsframe ratios from
-this one run. Usage: ``python bench/bench_lookup.py [--fdes N] [--lookups N]``.
+this one run. Usage: ``python -m bench.bench_lookup [--fdes N] [--lookups N]``.
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ import random
 import struct
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sframe_core.section import SFrameSection
 

@@ -10,7 +10,7 @@ The hot path: GDB calls the unwinder once per frame of every backtrace; what
 a walk reuses (the objfile table, a page cache of target memory) lives in a
 ``_Walk`` made at level 0, and register handles and frame-id forms are found
 once. This keeps ``bt`` as fast as GDB's own DWARF unwinder
-(``bench/bench_gdb.py``).
+(``python -m bench.bench_gdb``).
 
 When the rows cannot explain the stack (``sframe_core.unwind.Stop``), the
 frame is still claimed, without a saved PC and with an id inner to its

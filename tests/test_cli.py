@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Entry, GoldenFDE, fixture_path, manifest_params, parse_golden, require
+from helpers import ROOT
+from helpers.manifest import Entry, GoldenFDE, fixture_path, manifest_params, parse_golden, require
 
 from sframe_core.cli import main
 from sframe_core.dump import fre_columns
