@@ -52,6 +52,7 @@ __all__ = ["MODES", "Registers", "SFrameUnwinder", "warn"]
 def warn(text: str) -> None:
     gdb.write(f"warning: sframe: {text}\n", gdb.STDERR)
 
+
 class _FrameId:
     """A frame id as GDB reads it: any object with ``sp`` and ``pc`` will do
     (GDB 13 has no gdb.unwinder.FrameId; this one is also cheaper to build)."""

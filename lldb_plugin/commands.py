@@ -25,6 +25,7 @@ from .target import INVALID, TargetInfo, info_for, innermost, process_memory
 
 __all__ = ["SFrameCommand", "backtrace_lines", "describe_pc"]
 
+
 class CommandError(Exception):
     """The command cannot run (bad arguments, no target): its message is the error."""
 

@@ -41,6 +41,7 @@ RESYNC_SEARCH = 256
 
 class SFrameFrameProvider(ScriptedFrameProvider):
     instances = 0  # how many were made: tells whether a registration took effect
+
     @staticmethod
     def get_description() -> str:
         return DESCRIPTION

@@ -45,6 +45,7 @@ LISTEN_TIMEOUT = 10.0
 # VA, TBI on): pointer-authentication codes live above them.
 AARCH64_VA_BITS = 48
 
+
 def tool(name: str) -> str:
     """Absolute path of ``name`` (PATH first, then ``.debuggers/bin``), or skip/fail."""
     found = shutil.which(name)
