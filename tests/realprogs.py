@@ -162,6 +162,7 @@ class Stop(NamedTuple):
     breakpoint: str
     bt_text: str
     frames: list[Frame]
+    extra: str  # output of gdb_stops' ``extra`` command at this stop ("" without one)
 
 
 _TBREAK = re.compile(r"Temporary breakpoint (\d+) at ")
@@ -170,7 +171,8 @@ _LIVE = re.compile(r"^(\d+)\s+breakpoint\s", re.M)
 
 
 def gdb_stops(gdb: str, binary: Path, program: Program, *, plugin: bool = False,
-              breakpoints: Iterable[str] | None = None, timeout: float = 300) -> dict[str, Stop]:
+              breakpoints: Iterable[str] | None = None, extra: str | None = None,
+              timeout: float = 300) -> dict[str, Stop]:
     """Run ``binary`` under one gdb with a ``tbreak`` on every breakpoint; ``bt`` at each stop.
 
     One session for all stops (a session per stop costs a gdb start each).
@@ -178,6 +180,7 @@ def gdb_stops(gdb: str, binary: Path, program: Program, *, plugin: bool = False,
     as in a session with only that breakpoint; tbreaks that share a PC (an
     inline site at a function's start) are all hit by the same stop. A
     breakpoint missing from the result was never hit or could not be set.
+    ``extra``: one more gdb command run at each stop (e.g. ``info registers``).
     """
     bps = list(program.breakpoints if breakpoints is None else breakpoints)
     stops: dict[str, Stop] = {}
@@ -191,8 +194,9 @@ def gdb_stops(gdb: str, binary: Path, program: Program, *, plugin: bool = False,
         while _STOPPED.search(out):
             live = {int(n) for n in _LIVE.findall(g.cmd("info breakpoints"))}
             text = g.cmd("bt", timeout=timeout)
+            more = g.cmd(extra, timeout=timeout) if extra else ""
             for n, bp in numbers.items():
                 if n not in live and bp not in stops:
-                    stops[bp] = Stop(bp, text, parse_bt(text))
+                    stops[bp] = Stop(bp, text, parse_bt(text), more)
             out = g.cmd("continue", timeout=timeout)
     return stops

@@ -1,0 +1,100 @@
+"""Sanity report on the real-program fixtures: gdb without / with the plugin on `.noeh`.
+
+For each program and producer: FDE count, stops, deepest stack, and for every
+stop whether the frame list (pc and function of every frame, inline frames
+included) of `.noeh` equals the twin's under gdb's own DWARF unwinder, first
+without the plugin, then with `source sframe_gdb.py`.
+
+    .venv/bin/python scripts/realprogs_report.py [--gdb /usr/bin/gdb] [--programs lua5.4,bzip2]
+        [--producers bu2.40-v1,...] [--details]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+import realprogs as rp  # noqa: E402
+
+# Every frame's pc and name through gdb's frame API (inline frames have their caller's pc).
+_PCS_CODE = """\
+f = gdb.newest_frame(); out = []
+while f is not None and len(out) < 5000:
+    tail = ':tailcall' if f.type() == gdb.TAILCALL_FRAME else ''
+    out.append('%x:%s%s' % (f.pc(), f.name(), tail))
+    try:
+        f = f.older()
+    except gdb.error as e:
+        out.append('ERROR:' + str(e).replace(' ', '_')); break
+print('PCS ' + ' '.join(out))
+"""
+PCS = f"python exec({_PCS_CODE!r})"
+
+
+def frames(stop: rp.Stop) -> list[str]:
+    for line in stop.extra.splitlines():
+        if line.startswith("PCS "):
+            return line[4:].split()
+    return ["NO-OUTPUT"]
+
+
+def no_tailcall(frames: list[str]) -> list[str]:
+    """gdb's DWARF unwinder adds TAILCALL_FRAMEs from DW_TAG_call_site info (a
+    function that was left by a tail jump); no Python unwinder can make them."""
+    return [f for f in frames if not f.endswith(":tailcall")]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gdb", default="/usr/bin/gdb")
+    ap.add_argument("--programs", default=",".join(rp.PROGRAMS))
+    ap.add_argument("--producers", default=",".join(rp.PRODUCERS))
+    ap.add_argument("--details", action="store_true", help="print every differing stop")
+    ap.add_argument("--json", help="write all frame lists to this file")
+    a = ap.parse_args()
+    manifest = json.loads((rp.DIR / "MANIFEST.json").read_text())
+    fdes = {f["path"]: f["sframe"]["num_fdes"] for f in manifest["files"]}
+    dump = {}
+    bad_plugin = 0
+    print(f"{'program/producer':26s} {'FDEs':>5s} {'stops':>5s} {'deepest':>7s} "
+          f"{'plain gdb .noeh':>16s} {'plugin .noeh':>13s} {'differ only by tailcall frames':>31s}")
+    for prog, producer in rp.builds(a.programs.split(","), a.producers.split(",")):
+        twin = rp.gdb_stops(a.gdb, prog.path(producer), prog, extra=PCS)
+        plain = rp.gdb_stops(a.gdb, prog.path(producer, "noeh"), prog, extra=PCS)
+        plug = rp.gdb_stops(a.gdb, prog.path(producer, "noeh"), prog, extra=PCS, plugin=True)
+        ok_plain = ok_plug = tail_only = 0
+        for bp, stop in twin.items():
+            want = frames(stop)
+            got_plain = frames(plain[bp]) if bp in plain else ["NOT-HIT"]
+            got_plug = frames(plug[bp]) if bp in plug else ["NOT-HIT"]
+            ok_plain += got_plain == want
+            ok_plug += got_plug == want
+            tail_only += got_plug != want and got_plug == no_tailcall(want)
+            dump[f"{prog.name}/{producer}/{bp}"] = {"twin": want, "plain": got_plain, "plugin": got_plug}
+            if got_plug != no_tailcall(want):
+                bad_plugin += 1
+            if a.details and (got_plug != want or got_plain != want):
+                for label, got in (("plain", got_plain), ("plugin", got_plug)):
+                    if got == want or (label == "plugin" and got == no_tailcall(want)):
+                        continue
+                    i = next((k for k, (x, y) in enumerate(zip(want, got, strict=False)) if x != y),
+                             min(len(want), len(got)))
+                    print(f"  {prog.name}/{producer} {bp} {label}: {len(got)} frames vs twin "
+                          f"{len(want)}; first difference at #{i}: "
+                          f"twin {want[i] if i < len(want) else '-'} got {got[i] if i < len(got) else '-'}")
+        deepest = max((len(frames(s)) for s in twin.values()), default=0)
+        rel = prog.path(producer).relative_to(rp.DIR).as_posix()
+        n = len(twin)
+        print(f"{prog.name + '/' + producer:26s} {fdes[rel]:5d} {n:5d} {deepest:7d} "
+              f"{f'{ok_plain}/{n} right':>16s} {f'{ok_plug}/{n} right':>13s} {tail_only:31d}", flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(dump, indent=1))
+    return 1 if bad_plugin else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
