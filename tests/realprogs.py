@@ -168,10 +168,29 @@ class Stop(NamedTuple):
 _TBREAK = re.compile(r"Temporary breakpoint (\d+) at ")
 _STOPPED = re.compile(r"^Temporary breakpoint \d+(?:\.\d+)?, ", re.M)
 _LIVE = re.compile(r"^(\d+)\s+breakpoint\s", re.M)
+# a location line of `info breakpoints` (one per location of a multi-location breakpoint)
+_ADDRESS = re.compile(r"\s(0x[0-9a-f]+)\s+in\s")
+
+
+def breakpoint_offsets(gdb: str, twin: Path, program: Program,
+                       breakpoints: Iterable[str] | None = None) -> dict[str, list[int]]:
+    """Where gdb puts each breakpoint in ``twin`` (file offsets from the load
+    base, every location of inlined functions), for the stripped variant, which
+    has no names: ``gdb_stops(..., at=...)`` breaks there."""
+    bps = list(program.breakpoints if breakpoints is None else breakpoints)
+    out: dict[str, list[int]] = {}
+    with Gdb(gdb, plugin=False, args=[str(twin)]) as g:
+        for bp in bps:
+            g.cmd(f"tbreak {bp}")
+            text = g.cmd("info breakpoints")
+            g.cmd("delete")
+            out[bp] = [int(a, 16) for a in _ADDRESS.findall(text)]
+    return out
 
 
 def gdb_stops(gdb: str, binary: Path, program: Program, *, plugin: bool = False,
               breakpoints: Iterable[str] | None = None, extra: str | None = None,
+              at: dict[str, list[int]] | None = None, prologue_analyzer: bool = False,
               timeout: float = 300) -> dict[str, Stop]:
     """Run ``binary`` under one gdb with a ``tbreak`` on every breakpoint; ``bt`` at each stop.
 
@@ -181,16 +200,31 @@ def gdb_stops(gdb: str, binary: Path, program: Program, *, plugin: bool = False,
     inline site at a function's start) are all hit by the same stop. A
     breakpoint missing from the result was never hit or could not be set.
     ``extra``: one more gdb command run at each stop (e.g. ``info registers``).
+    ``at``: break at these offsets from the load base instead of at names
+    (from :func:`breakpoint_offsets`; for ``.noeh.stripped``).
+    ``prologue_analyzer``: leave gdb >= 16's amd64 prologue analyzer on, as a
+    user has it (by default it is off, so that it cannot hide an unwinder failure).
     """
     bps = list(program.breakpoints if breakpoints is None else breakpoints)
     stops: dict[str, Stop] = {}
-    with Gdb(gdb, plugin=plugin, args=[str(binary)]) as g:
+    with Gdb(gdb, plugin=plugin, args=[str(binary)], disable_prologue=not prologue_analyzer) as g:
         numbers: dict[int, str] = {}
-        for bp in bps:
-            m = _TBREAK.search(g.cmd(f"tbreak {bp}"))
-            if m:
-                numbers[int(m.group(1))] = bp
-        out = g.cmd(program.run_line(), timeout=timeout)
+        start = program.run_line()
+        if at is not None:
+            g.cmd("starti" + start[len("run"):], timeout=timeout)
+            base = _load_base(g.cmd("info proc mappings"), binary)
+            for bp in bps:
+                for off in at.get(bp, []):
+                    m = _TBREAK.search(g.cmd(f"tbreak *{base + off:#x}"))
+                    if m:
+                        numbers[int(m.group(1))] = bp
+            start = "continue"
+        else:
+            for bp in bps:
+                m = _TBREAK.search(g.cmd(f"tbreak {bp}"))
+                if m:
+                    numbers[int(m.group(1))] = bp
+        out = g.cmd(start, timeout=timeout)
         while _STOPPED.search(out):
             live = {int(n) for n in _LIVE.findall(g.cmd("info breakpoints"))}
             text = g.cmd("bt", timeout=timeout)
@@ -200,3 +234,45 @@ def gdb_stops(gdb: str, binary: Path, program: Program, *, plugin: bool = False,
                     stops[bp] = Stop(bp, text, parse_bt(text), more)
             out = g.cmd("continue", timeout=timeout)
     return stops
+
+
+def _load_base(mappings: str, binary: Path) -> int:
+    starts = [int(line.split()[0], 16) for line in mappings.splitlines()
+              if line.strip().endswith(str(binary)) and line.split()[0].startswith("0x")]
+    if not starts:
+        raise AssertionError(f"{binary} not in the process's mappings:\n{mappings}")
+    return min(starts)
+
+
+# gdb command printing every frame as PC:NAME[:inline|:tailcall] on one "PCS " line,
+# through gdb's frame API (an inline frame has the pc of the frame it is inlined in)
+_FRAME_LIST_CODE = """\
+f = gdb.newest_frame(); out = []
+while f is not None and len(out) < 5000:
+    kind = {gdb.TAILCALL_FRAME: ':tailcall', gdb.INLINE_FRAME: ':inline'}.get(f.type(), '')
+    out.append('%x:%s%s' % (f.pc(), f.name(), kind))
+    try:
+        f = f.older()
+    except gdb.error as e:
+        out.append('ERROR:' + str(e).replace(' ', '_')); break
+print('PCS ' + ' '.join(out))
+"""
+FRAME_LIST = f"python exec({_FRAME_LIST_CODE!r})"
+
+
+def frame_list(stop: Stop) -> list[str]:
+    for line in stop.extra.splitlines():
+        if line.startswith("PCS "):
+            return line[4:].split()
+    return ["NO-OUTPUT"]
+
+
+def no_tailcall(frames: list[str]) -> list[str]:
+    """gdb's DWARF unwinder adds TAILCALL_FRAMEs from DW_TAG_call_site info (a
+    function that was left by a tail jump); no Python unwinder can make them."""
+    return [f for f in frames if not f.endswith(":tailcall")]
+
+
+def physical_pcs(frames: list[str]) -> list[str]:
+    """The pcs of real frames (no inline or tailcall frames): all a stripped file can show."""
+    return [f.split(":")[0] for f in frames if not f.endswith((":tailcall", ":inline"))]
