@@ -18,8 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-import realprogs as rp  # noqa: E402
-from realprogs import FRAME_LIST, frame_list, no_tailcall, physical_pcs  # noqa: E402
+from helpers import realprogs as rp  # noqa: E402
+from helpers.realprogs import FRAME_LIST, frame_list, no_tailcall, physical_pcs  # noqa: E402
 
 
 def main() -> int:

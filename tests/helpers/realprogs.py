@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from helpers import FIXTURES, Frame
-from helpers.gdbtools import Gdb, parse_bt
+from helpers.gdbtools import FRAMES_SCRIPT, Gdb, parse_bt, parse_frames
 
 DIR = FIXTURES / "realprogs"
 
@@ -243,27 +243,23 @@ def _load_base(mappings: str, binary: Path) -> int:
     return min(starts)
 
 
-# gdb command printing every frame as PC:NAME[:inline|:tailcall] on one "PCS " line,
-# through gdb's frame API (an inline frame has the pc of the frame it is inlined in)
-_FRAME_LIST_CODE = """\
-f = gdb.newest_frame(); out = []
-while f is not None and len(out) < 5000:
-    kind = {gdb.TAILCALL_FRAME: ':tailcall', gdb.INLINE_FRAME: ':inline'}.get(f.type(), '')
-    out.append('%x:%s%s' % (f.pc(), f.name(), kind))
-    try:
-        f = f.older()
-    except gdb.error as e:
-        out.append('ERROR:' + str(e).replace(' ', '_')); break
-print('PCS ' + ' '.join(out))
-"""
-FRAME_LIST = f"python exec({_FRAME_LIST_CODE!r})"
+# gdb command printing every frame (the suite's one frame dumper)
+FRAME_LIST = f"source {FRAMES_SCRIPT}"
 
 
 def frame_list(stop: Stop) -> list[str]:
-    for line in stop.extra.splitlines():
-        if line.startswith("PCS "):
-            return line[4:].split()
-    return ["NO-OUTPUT"]
+    """The frames FRAME_LIST printed at ``stop`` as "PC:NAME[:inline|:tailcall]"
+    (an inline frame has the pc of the frame it is inlined in), then "END:why"
+    when the walk ended on an error."""
+    dumps = parse_frames(stop.extra)
+    if not dumps:
+        return ["NO-OUTPUT"]
+    d = dumps[0]
+    out = [f"{f.pc:x}:{f.name}" + ("" if kind == "real" else ":" + kind)
+           for f, kind in zip(d.frames, d.kinds, strict=True)]
+    if d.end.startswith("error"):
+        out.append("END:" + d.end.replace(" ", "_"))
+    return out
 
 
 def no_tailcall(frames: list[str]) -> list[str]:
