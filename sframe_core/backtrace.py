@@ -233,6 +233,12 @@ def _emit(traces: list[ThreadTrace], warnings: list[str], as_json: bool, out: Te
 def run(args: argparse.Namespace) -> int:
     """``sframe backtrace``; errors are SFrameError, printed by the CLI as one line."""
     warnings: list[str] = []
+    if args.exe is not None:
+        # The user named it: a bad executable is the command's error, not a
+        # warning after a backtrace without it.
+        from .elf import read_elf
+
+        read_elf(args.exe)
     if args.core is not None:
         from .corefile import open_core
 

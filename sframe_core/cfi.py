@@ -573,11 +573,10 @@ class CFITable:
         assert self._path is not None
         from elftools.elf.elffile import ELFFile
 
+        from .files import open_elf
+
         try:
-            with open(self._path, "rb") as stream:
-                if stream.read(4) != b"\x7fELF":
-                    raise FileError(f"{self.name}: not an ELF file")
-                stream.seek(0)
+            with open_elf(self._path, self.name) as stream:
                 self._index = self._read(ELFFile(stream))
         except OSError as exc:
             raise FileError(f"{self.name}: {exc.strerror or exc}") from None

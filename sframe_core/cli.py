@@ -22,6 +22,7 @@ from .describe import describe_row, lookup_text
 from .dump import dump_json, dump_lines, fde_json, fre_json
 from .elf import read_elf
 from .errors import FileError, SFrameError
+from .files import MAX_SECTION_SIZE, read_regular
 from .section import SFrameSection
 
 __all__ = ["main", "command", "COMMANDS", "CommandFailed", "parse_address", "open_input"]
@@ -93,11 +94,7 @@ def open_input(args: argparse.Namespace) -> Input:
     """
     if args.raw is not None:
         label = args.raw
-        try:
-            with open(args.raw, "rb") as stream:
-                data = stream.read()
-        except OSError as exc:
-            raise FileError(f"{label}: {exc.strerror or exc}") from None
+        data = read_regular(args.raw, MAX_SECTION_SIZE, "SFrame section")
         try:
             section = SFrameSection(data, args.address or 0, name=label)
         except SFrameError as exc:
