@@ -269,6 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(exc))  # exits 2
         except BrokenPipeError:
             raise
+        except KeyboardInterrupt as exc:
+            if args.traceback:
+                raise
+            _error(sys.stderr, str(exc) or "interrupted")
+            return 130
         except (SFrameError, CommandFailed) as exc:
             if args.traceback:
                 raise

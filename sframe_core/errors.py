@@ -6,7 +6,7 @@ into a one-line message; nothing else may escape a decoder or the unwinder.
 
 from __future__ import annotations
 
-__all__ = ["SFrameError", "FormatError", "FileError", "ProcessError"]
+__all__ = ["SFrameError", "FormatError", "FileError", "NotELFError", "ProcessError"]
 
 
 class SFrameError(Exception):
@@ -29,6 +29,10 @@ class FormatError(SFrameError):
 
 class FileError(SFrameError):
     """A file cannot be used: missing, unreadable, not ELF, or without SFrame."""
+
+
+class NotELFError(FileError):
+    """A regular file that is not ELF: a data file a process maps is no error."""
 
 
 class ProcessError(SFrameError):

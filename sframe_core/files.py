@@ -17,7 +17,7 @@ import stat
 import struct
 from typing import BinaryIO
 
-from .errors import FileError
+from .errors import FileError, NotELFError
 
 __all__ = ["MAX_SECTION_SIZE", "open_regular", "read_regular", "check_elf_layout", "open_elf",
            "file_kind"]
@@ -135,7 +135,7 @@ def check_elf_layout(stream: BinaryIO, label: str) -> None:
     size = os.fstat(stream.fileno()).st_size
     ident = _read_at(stream, 0, 16)
     if len(ident) < 16 or ident[:4] != b"\x7fELF":
-        raise FileError(f"{label}: not an ELF file")
+        raise NotELFError(f"{label}: not an ELF file")
     cls, data_enc = ident[4], ident[5]
     if cls not in _EHSIZE or data_enc not in (1, 2):
         raise FileError(f"{label}: malformed ELF file: unknown class {cls} or data encoding "
