@@ -199,9 +199,9 @@ def survey(pid: int) -> Survey:
                                f"{status.get('PPid', '?').strip()} has not collected its status); "
                                "it has no stack")
         view = live[0]
-        notes = (f"process {pid}: its main thread has exited; {len(live)} other thread"
-                 f"{'s' if len(live) > 1 else ''} run on and {'are' if len(live) > 1 else 'is'} "
-                 "shown",)
+        many = len(live) > 1
+        notes = (f"process {pid}: its main thread has exited; {len(live)} other "
+                 f"{'threads run on and are' if many else 'thread runs on and is'} shown",)
     try:
         regions = _read_regions(f"/proc/{pid}/task/{view}/maps")
     except FileNotFoundError:
