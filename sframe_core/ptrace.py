@@ -262,7 +262,7 @@ def _denied(pid: int) -> ProcessError:
 def _wait_stopped(tid: int, deadline: float) -> int | None:
     """Wait for ``tid``'s stop; the signal to give back on detach, or None if
     it exited (or did not stop before ``deadline``)."""
-    pause = 20e-6
+    pause = 50e-6
     while True:
         try:
             got, status = os.waitpid(tid, WALL | os.WNOHANG)
@@ -274,7 +274,7 @@ def _wait_stopped(tid: int, deadline: float) -> int | None:
             if time.monotonic() > deadline:
                 return None
             time.sleep(pause)
-            pause = min(pause * 2, 2e-3)
+            pause = min(pause * 2, 1e-3)
             continue
         if os.WIFEXITED(status) or os.WIFSIGNALED(status):
             return None
@@ -318,6 +318,9 @@ class _Seized:
                    and (t != self.pid or self.view == self.pid)]
             if not new:
                 return
+            # Interrupt them all, then wait: threads waiting for a CPU to
+            # enter their stop then wait side by side, not one after another.
+            interrupted = []
             for tid in new:
                 try:
                     _ptrace(self.libc, PTRACE_SEIZE, tid, 0, 0)
@@ -334,6 +337,8 @@ class _Seized:
                     _ptrace(self.libc, PTRACE_INTERRUPT, tid)
                 except OSError:
                     continue
+                interrupted.append(tid)
+            for tid in interrupted:
                 sig = _wait_stopped(tid, deadline)
                 if sig is not None:
                     self.stopped[tid] = sig
