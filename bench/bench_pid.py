@@ -15,7 +15,7 @@ SIGUSR1 every millisecond. Prints, from this one run:
   by a second copy of the program that nobody attaches to (standard signals
   sent while one is pending merge, so a long stop loses many).
 
-    python bench/bench_pid.py [--attaches 50] [--interval 0.02]
+    python -m bench.bench_pid [--attaches 50] [--interval 0.02]
 """
 
 from __future__ import annotations
@@ -31,11 +31,8 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from sframe_core.backtrace import module_table, trace_target  # noqa: E402
-from sframe_core.ptrace import snapshot, survey  # noqa: E402
+from sframe_core.backtrace import module_table, trace_target
+from sframe_core.ptrace import snapshot, survey
 
 PROGRAM = r"""
 #include <pthread.h>

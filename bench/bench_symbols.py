@@ -11,7 +11,7 @@ Builds a gcc + gas program with N one-instruction filler functions around
 * lookups per frame (bisection) on the built index;
 * the whole ``sframe backtrace --core CORE --exe EXE`` command.
 
-    python bench/bench_symbols.py [--symbols 87000]
+    python -m bench.bench_symbols [--symbols 87000]
 """
 
 from __future__ import annotations
@@ -23,13 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from backtrace_helpers import build_many_symbols, gdb_path  # noqa: E402
-
-from sframe_core.symbols import SymbolTable  # noqa: E402
+from sframe_core.symbols import SymbolTable
+from tests.helpers import ROOT
+from tests.helpers.oracle import build_many_symbols, gdb_path
 
 
 def pyelftools_symbols(path: Path) -> int:

@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .errors import FileError, FormatError
+from .errors import FileError, FormatError, reading_elf
 from .files import MAX_SECTION_SIZE, open_elf
 from .format import HEADER_SIZE, parse_header
 from .section import SFrameSection
@@ -131,20 +131,12 @@ def read_elf(path: str | os.PathLike[str]) -> ElfSFrame:
     :raises FileError: the file is missing, unreadable, not a regular file,
         not ELF, or its headers claim more than the file holds.
     """
-    from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
     name = os.fspath(path)
-    try:
-        with open_elf(name) as stream:
-            elf = ELFFile(stream)
-            return _read(elf, name)
-    except FileError:
-        raise
-    except OSError as exc:
-        raise FileError(f"{name}: {exc.strerror or exc}") from None
-    except (ELFError, struct.error, ValueError, KeyError, IndexError) as exc:
-        raise FileError(f"{name}: malformed ELF file: {exc}") from None
+    with reading_elf(name), open_elf(name) as stream:
+        elf = ELFFile(stream)
+        return _read(elf, name)
 
 
 def _check_sframe_size(name: str, size: int) -> None:

@@ -17,6 +17,8 @@ import struct
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from .errors import FileError, reading_elf
+
 __all__ = ["Symbol", "SymbolTable", "Symbolizer", "DEBUG_ROOTS"]
 
 DEBUG_ROOTS = ("/usr/lib/debug",)
@@ -149,7 +151,7 @@ class SymbolTable:
         raw: list[_Raw] = []
         strtabs: list[bytes] = []
         try:
-            with open_elf(path) as stream:
+            with reading_elf(path), open_elf(path) as stream:
                 elf = ELFFile(stream)
                 raw, has_symtab = _read_symbols(elf, strtabs)
                 build_id = None if has_symtab else _build_id(elf)
@@ -157,11 +159,11 @@ class SymbolTable:
                 for root in debug_roots:
                     debug = os.path.join(root, ".build-id", build_id[:2], build_id[2:] + ".debug")
                     if os.path.exists(debug):
-                        with open_elf(debug) as stream:
+                        with reading_elf(debug), open_elf(debug) as stream:
                             raw += _read_symbols(ELFFile(stream), strtabs)[0]
                         break
-        except Exception:  # noqa: BLE001 - symbols are decoration; a bad file just has none
-            raw = []
+        except FileError:
+            raw = []  # symbols are decoration: a bad file just has none
         raw.sort()
         table = cls()
         table._init(raw, strtabs)

@@ -9,14 +9,14 @@ with one line naming the file and the lie, exit 1, in bounded memory.
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from backtrace_helpers import ROOT, X86, one_line_error
+from helpers import ROOT, X86
+from helpers.oracle import one_line_error
 
 from sframe_core.files import MAX_SECTION_SIZE
 
@@ -38,14 +38,17 @@ def _section_header(path: Path, name: str) -> tuple[int, int]:
     raise AssertionError(f"{path} has no {name}")
 
 
-def _patched(tmp: Path, source: Path, section: str, field: int, fmt: str, value: int) -> Path:
+def _mutated(tmp: Path, source: Path, at: int, fmt: str, value: int) -> Path:
+    """A copy of ``source`` with ``value`` packed at file offset ``at``."""
     out = tmp / source.name
-    shutil.copyfile(source, out)
-    at, _ = _section_header(source, section)
-    data = bytearray(out.read_bytes())
-    struct.pack_into(fmt, data, at + field, value)
+    data = bytearray(source.read_bytes())
+    struct.pack_into(fmt, data, at, value)
     out.write_bytes(bytes(data))
     return out
+
+
+def _patched(tmp: Path, source: Path, section: str, field: int, fmt: str, value: int) -> Path:
+    return _mutated(tmp, source, _section_header(source, section)[0] + field, fmt, value)
 
 
 SH_OFFSET, SH_SIZE, SH_ENTSIZE = 0x18, 0x20, 0x38
@@ -84,22 +87,16 @@ def test_sframe_larger_than_any_real_section(tmp_path: Path) -> None:
 
 
 def test_section_headers_past_the_end(tmp_path: Path) -> None:
-    path = tmp_path / "deep"
-    data = bytearray(DEEP.read_bytes())
-    struct.pack_into("<H", data, 0x3C, 0xFFF0)  # e_shnum
-    path.write_bytes(bytes(data))
-    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    path = _mutated(tmp_path, DEEP, 0x3C, "<H", 0xFFF0)  # e_shnum
+    shoff = struct.unpack_from("<Q", DEEP.read_bytes(), 0x28)[0]
     assert one_line_error("dump", str(path)) == (
         f"sframe: {path}: 65520 section headers at offset {shoff:#x} run past the end of "
-        f"the {len(data)}-byte file (e_shnum)")
+        f"the {DEEP.stat().st_size}-byte file (e_shnum)")
 
 
 def test_program_header_past_the_end(tmp_path: Path) -> None:
-    path = tmp_path / "deep"
-    data = bytearray(DEEP.read_bytes())
-    phoff = struct.unpack_from("<Q", data, 0x20)[0]
-    struct.pack_into("<Q", data, phoff + 0x20, 1 << 62)  # p_filesz of program header 0
-    path.write_bytes(bytes(data))
+    phoff = struct.unpack_from("<Q", DEEP.read_bytes(), 0x20)[0]
+    path = _mutated(tmp_path, DEEP, phoff + 0x20, "<Q", 1 << 62)  # p_filesz of header 0
     assert one_line_error("dump", str(path)).startswith(
         f"sframe: {path}: program header 0 claims {1 << 62} bytes at offset ")
 

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from backtrace_helpers import build_many_symbols, gdb_run, sframe_json
+from helpers.oracle import build_many_symbols, gdb_run, sframe_json
 
 from sframe_core.symbols import SymbolTable
 
