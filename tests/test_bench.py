@@ -21,6 +21,8 @@ BENCHES = {
     "bench_unwind": (["--depth", "50", "--repeat", "1"], "eh_frame / sframe (warm, same core)"),
     "bench_gdb": (["--depth", "50", "--repeat", "1", "--steps", "3"], "stepi+bt per instruction"),
     "bench_lldb": (["--depth", "50"], "ratio provider/native"),
+    "bench_pid": (["--attaches", "3", "--interval", "0.01"], "signals:"),
+    "bench_symbols": (["--symbols", "2000"], "command:"),
 }
 
 
