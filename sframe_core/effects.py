@@ -1,0 +1,492 @@
+"""What one machine instruction does to the frame: SP, FP, callee-saved registers, stack slots.
+
+The saved-register analysis (``saved.py``) runs over these records, never
+over raw instructions, so it holds no ISA knowledge. Instructions are decoded
+with capstone (its Python binding is pure ctypes with a bundled library, so
+it loads in gdb's and lldb's embedded Pythons too). Anything this module
+does not recognise is described by what capstone says it writes, and writes
+the analysis cannot place (memory through SP with an unknown offset, SP set
+from something it cannot follow) are reported as such: the analysis then
+forgets what they may have destroyed. An instruction capstone cannot decode
+ends the analysis of the function.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from .abi import Arch
+
+__all__ = ["Flow", "Base", "Store", "Load", "Effect", "decoder_for", "capstone_available",
+           "CALLEE_SAVED"]
+
+
+class Flow(enum.Enum):
+    FALL = "fall"  # next instruction only
+    JUMP = "jump"  # direct jump to ``target``
+    COND = "cond"  # ``target`` or the next instruction
+    CALL = "call"  # a call that returns to the next instruction
+    RETURN = "return"  # leaves the function
+    INDIRECT = "indirect"  # jump through a register or memory: a tail call or a table
+    STOP = "stop"  # traps (ud2, brk, hlt): no successor
+
+
+class Base(enum.Enum):
+    SP = "sp"
+    FP = "fp"
+    OTHER = "other"  # a pointer the analysis does not follow
+    FRAME = "frame"  # SP or FP with an offset not known statically (an index register)
+
+
+class Store(NamedTuple):
+    """``size`` bytes written at ``base + disp`` (base as it is before the
+    instruction); ``reg`` is the tracked register stored whole, if any.
+    ``size`` None: an unknown extent from ``disp`` on."""
+
+    base: Base
+    disp: int
+    size: int | None
+    reg: int | None = None
+
+
+class Load(NamedTuple):
+    """Tracked register ``reg`` loaded whole (``size`` bytes) from ``base + disp``."""
+
+    reg: int
+    base: Base
+    disp: int
+    size: int
+
+
+class SPOp(NamedTuple):
+    """New value of SP or FP: ``from_`` ("sp", "fp", or "" for unknown) plus ``add``."""
+
+    from_: str
+    add: int = 0
+
+
+UNKNOWN_OP = SPOp("")
+
+
+class Effect(NamedTuple):
+    address: int
+    size: int
+    flow: Flow
+    target: int | None = None
+    stores: tuple[Store, ...] = ()
+    loads: tuple[Load, ...] = ()
+    clobbers: frozenset[int] = frozenset()  # tracked registers written other than by ``loads``
+    sp: SPOp | None = None  # None: SP unchanged
+    fp: SPOp | None = None  # None: FP unchanged
+    text: str = ""
+
+
+# Callee-saved registers other than the FP, by DWARF number.
+CALLEE_SAVED: dict[str, tuple[int, ...]] = {
+    "amd64": (3, 12, 13, 14, 15),  # rbx, r12-r15 (rbp is SFrame's FP)
+    "aarch64": tuple(range(19, 29)) + tuple(range(72, 80)),  # x19-x28, d8-d15 (v8-v15)
+    "s390x": tuple(range(6, 11)) + (12, 13) + tuple(range(24, 32)),  # r6-r13 but r11, f8-f15
+}
+
+
+def capstone_available() -> bool:
+    try:
+        import capstone  # noqa: F401
+    except Exception:  # noqa: BLE001 - a missing or broken binding only turns the analysis off
+        return False
+    return True
+
+
+def decoder_for(arch: Arch) -> _Decoder | None:
+    """A decoder for the ABI, or None (no capstone, or an ABI without one)."""
+    if not capstone_available():
+        return None
+    if arch.name == "amd64":
+        return _AMD64()
+    if arch.name == "aarch64":
+        return _AArch64()
+    return None
+
+
+class _Decoder:
+    tracked: tuple[int, ...] = ()
+
+    def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
+        """Effects of the instructions from ``address`` on; None where decoding fails."""
+        raise NotImplementedError
+
+
+# -- amd64 ---------------------------------------------------------------------
+
+def _amd64_regs() -> dict[str, int]:
+    names: dict[str, int] = {}
+    for full, num, low in (("rbx", 3, ("ebx", "bx", "bl", "bh")), ("rbp", 6, ("ebp", "bp", "bpl")),
+                           ("rsp", 7, ("esp", "sp", "spl"))):
+        names[full] = num
+        for alias in low:
+            names[alias] = num
+    for number in range(12, 16):
+        for suffix in ("", "d", "w", "b"):
+            names[f"r{number}{suffix}"] = number
+    return names
+
+
+_X86_NAMES = _amd64_regs()
+_RSP, _RBP = 7, 6
+_X86_STOPS = {"ud2", "ud1", "ud0", "hlt", "int3"}
+# Stores whose extent the operand size does not give (string stores go
+# through rdi, a base the analysis never follows, so they need no entry).
+_X86_UNSIZED = ("xsave", "fxsave", "fnsave", "fsave", "fnstenv", "fstenv", "xsaveopt", "xsavec",
+                "xsaves", "vscatter", "vpscatter")
+
+
+class _AMD64(_Decoder):
+    tracked = CALLEE_SAVED["amd64"]
+
+    def __init__(self) -> None:
+        import capstone
+        from capstone import x86_const
+
+        self._cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        self._cs.detail = True
+        self._c = x86_const
+
+    def _num(self, insn: Any, reg: int) -> int | None:
+        if reg == 0:
+            return None
+        return _X86_NAMES.get(insn.reg_name(reg))
+
+    def _base(self, insn: Any, mem: Any) -> tuple[Base, int]:
+        base = self._num(insn, mem.base)
+        if mem.segment != 0:
+            return Base.OTHER, 0
+        if base in (_RSP, _RBP):
+            kind = Base.SP if base == _RSP else Base.FP
+            if mem.index != 0:
+                return Base.FRAME, 0
+            return kind, mem.disp
+        if mem.base == 0 and mem.index != 0 and self._num(insn, mem.index) in (_RSP, _RBP):
+            return Base.FRAME, 0
+        return Base.OTHER, 0
+
+    def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
+        c = self._c
+        end = address + len(code)
+        pos = address
+        for insn in self._cs.disasm(code, address):
+            pos = insn.address + insn.size
+            yield self._effect(insn, c)
+        if pos < end:
+            yield None
+
+    def _effect(self, insn: Any, c: Any) -> Effect:
+        mnem = insn.mnemonic
+        addr, size = insn.address, insn.size
+        ops = insn.operands
+        groups = set(insn.groups)
+        _, written = insn.regs_access()
+        writes = {n for n in (self._num(insn, r) for r in written) if n is not None}
+        for op in ops:
+            if op.type == c.X86_OP_REG and op.access & 2:
+                n = self._num(insn, op.reg)
+                if n is not None:
+                    writes.add(n)
+        tracked = self.tracked
+        # Control flow.
+        flow, target = Flow.FALL, None
+        if 1 in groups or 2 in groups:  # CS_GRP_JUMP, CS_GRP_CALL
+            imm = ops[0].imm if len(ops) == 1 and ops[0].type == c.X86_OP_IMM else None
+            if 2 in groups:
+                flow, target = Flow.CALL, imm
+            elif imm is None:
+                flow = Flow.INDIRECT
+            elif mnem.startswith("jmp"):
+                flow, target = Flow.JUMP, imm
+            else:
+                flow, target = Flow.COND, imm
+        elif 3 in groups or 5 in groups:  # ret, iret
+            flow = Flow.RETURN
+        elif mnem in _X86_STOPS:
+            flow = Flow.STOP
+        text = f"{mnem} {insn.op_str}"
+        # The stack-pointer idioms, exactly.
+        if mnem == "push":
+            reg = self._num(insn, ops[0].reg) if ops[0].type == c.X86_OP_REG else None
+            full = ops[0].size == 8
+            stores = (Store(Base.SP, -8, 8, reg if full and reg in tracked else None),)
+            # push of a memory operand reads through its base: not a write.
+            return Effect(addr, size, flow, target, stores, (), frozenset(), SPOp("sp", -8),
+                          None, text)
+        if mnem == "pop":
+            if ops[0].type != c.X86_OP_REG:
+                return self._generic(insn, c, flow, target, writes, text)
+            reg = self._num(insn, ops[0].reg)
+            loads = (Load(reg, Base.SP, 0, 8),) if reg in tracked and ops[0].size == 8 else ()
+            clobbers = frozenset(writes & set(tracked)) - {ld.reg for ld in loads}
+            fp = UNKNOWN_OP if reg == _RBP else None
+            return Effect(addr, size, flow, target, (), loads, clobbers, SPOp("sp", 8), fp, text)
+        if flow is Flow.CALL:
+            # The return address goes to SP - 8; the callee pops it and keeps
+            # the callee-saved registers (SysV ABI), so only SP - 8 changes.
+            return Effect(addr, size, flow, target, (Store(Base.SP, -8, 8),), (), frozenset(),
+                          None, None, text)
+        if flow is Flow.RETURN or flow is Flow.INDIRECT or flow is Flow.JUMP or flow is Flow.COND:
+            return Effect(addr, size, flow, target, (), (), frozenset(), None, None, text)
+        if mnem == "leave":
+            return Effect(addr, size, flow, target, (), (), frozenset(), SPOp("fp", 8), UNKNOWN_OP,
+                          text)
+        return self._generic(insn, c, flow, target, writes, text)
+
+    def _generic(self, insn: Any, c: Any, flow: Flow, target: int | None, writes: set[int],
+                 text: str) -> Effect:
+        mnem = insn.mnemonic
+        ops = insn.operands
+        tracked = self.tracked
+        stores: list[Store] = []
+        loads: list[Load] = []
+        mems = [op for op in ops if op.type == c.X86_OP_MEM]
+        is_mov = mnem in ("mov", "movq") and len(ops) == 2
+        for op in mems:
+            base, disp = self._base(insn, op.mem)
+            if mnem == "lea" or mnem.startswith(("nop", "prefetch")):
+                continue
+            written = op.access & 2 or op.access == 0
+            if written and base is not Base.OTHER:
+                unsized = mnem.startswith(_X86_UNSIZED) or op.size not in (1, 2, 4, 8, 16, 32, 64)
+                reg = None
+                if is_mov and ops[1].type == c.X86_OP_REG and op.size == 8:
+                    n = self._num(insn, ops[1].reg)
+                    reg = n if n in tracked else None
+                stores.append(Store(base, disp, None if unsized else op.size, reg))
+        if is_mov and ops[0].type == c.X86_OP_REG and ops[1].type == c.X86_OP_MEM and ops[0].size == 8:
+            n = self._num(insn, ops[0].reg)
+            base, disp = self._base(insn, ops[1].mem)
+            if n in tracked:
+                loads.append(Load(n, base, disp, 8))
+        sp: SPOp | None = None
+        fp: SPOp | None = None
+        if _RSP in writes:
+            sp = self._pointer_op(insn, c, _RSP)
+        if _RBP in writes:
+            fp = self._pointer_op(insn, c, _RBP)
+        clobbers = frozenset(writes & set(tracked)) - {ld.reg for ld in loads}
+        return Effect(insn.address, insn.size, flow, target, tuple(stores), tuple(loads), clobbers,
+                      sp, fp, text)
+
+    def _pointer_op(self, insn: Any, c: Any, dest: int) -> SPOp:
+        """rsp/rbp = rsp/rbp + constant, for the forms compilers use; else unknown."""
+        mnem = insn.mnemonic
+        ops = insn.operands
+        if len(ops) != 2 or ops[0].type != c.X86_OP_REG or self._num(insn, ops[0].reg) != dest \
+                or ops[0].size != 8:
+            return UNKNOWN_OP
+        src = ops[1]
+        name = {_RSP: "sp", _RBP: "fp"}
+        if mnem in ("add", "sub") and src.type == c.X86_OP_IMM:
+            return SPOp(name[dest], src.imm if mnem == "add" else -src.imm)
+        if mnem == "mov" and src.type == c.X86_OP_REG and src.size == 8:
+            n = self._num(insn, src.reg)
+            if n in name:
+                return SPOp(name[n], 0)
+        if mnem == "lea" and src.type == c.X86_OP_MEM:
+            mem = src.mem
+            n = self._num(insn, mem.base)
+            if n in name and mem.index == 0 and mem.segment == 0:
+                return SPOp(name[n], mem.disp)
+        return UNKNOWN_OP
+
+
+# -- aarch64 -------------------------------------------------------------------
+
+def _aarch64_regs() -> dict[str, int]:
+    names: dict[str, int] = {"sp": 31, "wsp": 31, "fp": 29, "x29": 29, "w29": 29, "lr": 30,
+                             "x30": 30, "w30": 30}
+    for n in range(0, 29):
+        names[f"x{n}"] = n
+        names[f"w{n}"] = n
+    for n in range(32):
+        for prefix in ("b", "h", "s", "d", "q", "v", "z"):
+            names[f"{prefix}{n}"] = 64 + n
+    return names
+
+
+_A64_NAMES = _aarch64_regs()
+_A64_SP, _A64_FP = 31, 29
+# Instructions whose first register operand is read, not written.
+_A64_READ_FIRST = ("st", "cmp", "cmn", "tst", "fcmp", "fcmpe", "ccmp", "ccmn", "fccmp", "fccmpe",
+                   "cbz", "cbnz", "tbz", "tbnz", "br", "blr", "ret", "prfm", "prfum", "msr", "dc",
+                   "ic", "at", "tlbi", "sys", "hint", "nop", "bti", "pac", "aut", "xpaclri")
+_A64_STOPS = {"brk", "udf", "hlt"}
+
+
+class _AArch64(_Decoder):
+    tracked = CALLEE_SAVED["aarch64"]
+
+    def __init__(self) -> None:
+        import capstone
+        from capstone import arm64_const
+
+        self._cs = capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM)
+        self._cs.detail = True
+        self._c = arm64_const
+
+    def _num(self, insn: Any, reg: int) -> int | None:
+        if reg == 0:
+            return None
+        return _A64_NAMES.get(insn.reg_name(reg))
+
+    def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
+        # Fixed-width: decode word by word so one bad word does not hide the rest.
+        c = self._c
+        for off in range(0, len(code) - 3, 4):
+            insns = list(self._cs.disasm(code[off:off + 4], address + off, 1))
+            yield self._effect(insns[0], c) if insns else None
+
+    def _effect(self, insn: Any, c: Any) -> Effect:
+        mnem = insn.mnemonic
+        addr, size = insn.address, insn.size
+        ops = insn.operands
+        text = f"{mnem} {insn.op_str}"
+        tracked = self.tracked
+        reg_ops = [self._num(insn, op.reg) for op in ops if op.type == c.ARM64_OP_REG]
+        try:
+            _, written = insn.regs_access()
+        except Exception:  # noqa: BLE001 - no access data: assume every register operand is written
+            written = [op.reg for op in ops if op.type == c.ARM64_OP_REG]
+        writes = {n for n in (self._num(insn, r) for r in written) if n is not None}
+        base_mnem = mnem.split(".")[0]
+        reads_first = base_mnem.startswith(_A64_READ_FIRST)
+        is_load = base_mnem.startswith("ld")
+        if is_load:
+            writes.update(n for n in reg_ops if n is not None)
+        elif reg_ops and not reads_first and reg_ops[0] is not None:
+            writes.add(reg_ops[0])
+        if base_mnem.startswith("st") and "x" in base_mnem[2:5] and reg_ops:
+            # stxr/stlxr/stxp: the first operand receives the status.
+            if reg_ops[0] is not None:
+                writes.add(reg_ops[0])
+        # Control flow.
+        flow, target = Flow.FALL, None
+        imms = [op.imm for op in ops if op.type == c.ARM64_OP_IMM]
+        if base_mnem == "b" and mnem == "b":
+            flow, target = Flow.JUMP, imms[-1] if imms else None
+        elif base_mnem == "b" or base_mnem in ("cbz", "cbnz", "tbz", "tbnz"):
+            flow, target = Flow.COND, imms[-1] if imms else None
+        elif base_mnem in ("bl", "blr", "blraa", "blrab", "blraaz", "blrabz"):
+            flow, target = Flow.CALL, (imms[-1] if base_mnem == "bl" and imms else None)
+        elif base_mnem in ("br", "braa", "brab", "braaz", "brabz"):
+            flow = Flow.INDIRECT
+        elif base_mnem in ("ret", "retaa", "retab", "eret"):
+            flow = Flow.RETURN
+        elif base_mnem in _A64_STOPS:
+            flow = Flow.STOP
+        if flow is Flow.JUMP and target is None:
+            flow = Flow.INDIRECT
+        if flow is Flow.CALL:
+            # x30 gets the return address; the callee keeps x19-x28, d8-d15 and SP.
+            return Effect(addr, size, flow, target, (), (), frozenset(), None, None, text)
+        if flow is not Flow.FALL and flow is not Flow.STOP:
+            return Effect(addr, size, flow, target, (), (), frozenset(), None, None, text)
+        stores: list[Store] = []
+        loads: list[Load] = []
+        sp: SPOp | None = None
+        fp: SPOp | None = None
+        mems = [op for op in ops if op.type == c.ARM64_OP_MEM]
+        post_index = bool(getattr(insn, "post_index", False))
+        writeback = bool(insn.writeback)
+        if mems:
+            mem = mems[0].mem
+            base_num = self._num(insn, mem.base)
+            index = mem.index != 0
+            if base_num in (_A64_SP, _A64_FP):
+                base = Base.SP if base_num == _A64_SP else Base.FP
+                disp = 0 if post_index else mem.disp
+                if index:
+                    base, disp = Base.FRAME, 0
+            else:
+                base, disp = Base.OTHER, 0
+            data = [op for op in ops if op.type == c.ARM64_OP_REG]
+            if base_mnem.startswith("st") and "x" in base_mnem[2:5]:
+                data = data[1:]
+            width = 0
+            names = [insn.reg_name(op.reg) for op in data]
+            sizes = [_a64_size(n) for n in names]
+            if base_mnem.startswith(("st", "ld")) and all(s is not None for s in sizes) and sizes:
+                width = sum(s for s in sizes if s is not None)
+            if base_mnem.startswith("st"):
+                if base is not Base.OTHER:
+                    pair_like = base_mnem in ("stp", "stnp", "str", "stur")
+                    if pair_like and width:
+                        at = disp
+                        for op, s in zip(data, sizes, strict=True):
+                            assert s is not None
+                            num = self._num(insn, op.reg)
+                            whole = num in tracked and (s == 8 or (s == 16 and num is not None
+                                                                    and num >= 64))
+                            stores.append(Store(base, at, s, num if whole else None))
+                            at += s
+                    else:
+                        stores.append(Store(base, disp, None))
+            elif is_load and base_mnem in ("ldp", "ldnp", "ldr", "ldur") and width \
+                    and base is not Base.FRAME:
+                at = disp
+                for op, s in zip(data, sizes, strict=True):
+                    assert s is not None
+                    num = self._num(insn, op.reg)
+                    if num in tracked and s == 8:
+                        loads.append(Load(num, base, at, 8))
+                    at += s
+            if writeback and base_num in (_A64_SP, _A64_FP) and not index:
+                name = "sp" if base_num == _A64_SP else "fp"
+                if post_index:
+                    step = imms[-1] if imms else None
+                else:
+                    step = mem.disp
+                op_ = SPOp(name, step) if step is not None else UNKNOWN_OP
+                if base_num == _A64_SP:
+                    sp = op_
+                else:
+                    fp = op_
+        if _A64_SP in writes and sp is None:
+            sp = self._pointer_op(insn, c, _A64_SP, base_mnem)
+        if _A64_FP in writes and fp is None:
+            fp = self._pointer_op(insn, c, _A64_FP, base_mnem)
+        clobbers = frozenset(writes & set(tracked)) - {ld.reg for ld in loads}
+        return Effect(addr, size, flow, target, tuple(stores), tuple(loads), clobbers, sp, fp, text)
+
+    def _pointer_op(self, insn: Any, c: Any, dest: int, mnem: str) -> SPOp:
+        ops = insn.operands
+        if not ops or ops[0].type != c.ARM64_OP_REG or self._num(insn, ops[0].reg) != dest:
+            return UNKNOWN_OP
+        if insn.reg_name(ops[0].reg) not in ("sp", "x29", "fp"):
+            return UNKNOWN_OP
+        name = {_A64_SP: "sp", _A64_FP: "fp"}
+        if mnem == "mov" and len(ops) == 2 and ops[1].type == c.ARM64_OP_REG:
+            n = self._num(insn, ops[1].reg)
+            if n in name and insn.reg_name(ops[1].reg) in ("sp", "x29", "fp"):
+                return SPOp(name[n], 0)
+        if mnem in ("add", "sub") and len(ops) == 3 and ops[1].type == c.ARM64_OP_REG \
+                and ops[2].type == c.ARM64_OP_IMM:
+            n = self._num(insn, ops[1].reg)
+            shift = ops[2].shift
+            if n in name and insn.reg_name(ops[1].reg) in ("sp", "x29", "fp") and (
+                    shift.type == 0 or (shift.type == 1 and shift.value in (0, 12))):
+                imm = ops[2].imm << (shift.value if shift.type == 1 else 0)
+                return SPOp(name[n], imm if mnem == "add" else -imm)
+        return UNKNOWN_OP
+
+
+def _a64_size(name: str) -> int | None:
+    if name.startswith(("x", "d")) or name in ("fp", "lr", "xzr"):
+        return 8
+    if name.startswith(("w", "s")) or name == "wzr":
+        return 4
+    if name.startswith("q"):
+        return 16
+    if name.startswith("h"):
+        return 2
+    if name.startswith("b"):
+        return 1
+    return None
