@@ -14,13 +14,14 @@ ends the analysis of the function.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+import struct
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from .abi import Arch
 
 __all__ = ["Flow", "Base", "Store", "Load", "Effect", "decoder_for", "capstone_available",
-           "CALLEE_SAVED"]
+           "CALLEE_SAVED", "amd64_jump_table"]
 
 
 class Flow(enum.Enum):
@@ -489,4 +490,93 @@ def _a64_size(name: str) -> int | None:
         return 2
     if name.startswith("b"):
         return 1
+    return None
+
+
+# -- jump tables -----------------------------------------------------------------
+
+_X86_ALIASES: dict[str, tuple[str, ...]] = {
+    **{f"r{x}x": (f"r{x}x", f"e{x}x", f"{x}x", f"{x}l", f"{x}h") for x in "abcd"},
+    **{f"r{x}": (f"r{x}", f"e{x}", x, f"{x}l") for x in ("si", "di", "bp", "sp")},
+    **{f"r{n}": (f"r{n}", f"r{n}d", f"r{n}w", f"r{n}b") for n in range(8, 16)},
+}
+_TABLE_MAX = 4096
+
+
+def _mentions(text: str, regs: tuple[str, ...]) -> bool:
+    words = set(text.replace(",", " ").replace("[", " ").replace("]", " ").replace("*", " ")
+                .replace("+", " ").replace("-", " ").split())
+    return any(r in words for r in regs)
+
+
+def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
+                     read: Callable[[int, int], bytes | None]) -> list[int] | None:
+    """Targets of the jump table that the indirect jump ``effects[i]`` dispatches
+    through, for gcc's position-independent form; None when it is not that form
+    (the caller then assumes any target).
+
+        cmp  eI, N ; ja default ; lea rB, [rip + T] ; [movzx eI, Il] ;
+        movsxd rA, dword ptr [rB + rI*4] ; add rA, rB ; jmp rA
+
+    with other instructions in between that neither name rA, rB, rI nor are
+    branch targets (the index may be compared at any width and zero-extended
+    after). The N + 1 entries are read from the file.
+    """
+    jump = effects[i].text.split()
+    if len(jump) < 2 or jump[-2] != "jmp" or jump[-1] not in _X86_ALIASES:
+        return None
+    a = jump[-1]
+    want = "add"
+    b = idx = ""
+    table: int | None = None
+    j = i - 1
+    lowest = max(0, i - 32)
+    while j >= lowest:
+        eff = effects[j]
+        if effects[j + 1].address in leaders or eff.flow not in (Flow.FALL, Flow.COND):
+            return None
+        text = eff.text
+        if want == "add" and text.startswith(f"add {a}, "):
+            b = text.split(", ")[1]
+            if b not in _X86_ALIASES:
+                return None
+            want = "movsxd"
+        elif want == "movsxd" and text.startswith(f"movsxd {a}, dword ptr [{b} + "):
+            rest = text[len(f"movsxd {a}, dword ptr [{b} + "):]
+            if not rest.endswith("*4]") or rest[:-3] not in _X86_ALIASES:
+                return None
+            idx = rest[:-3]
+            want = "lea"
+        elif want == "lea" and text.startswith(f"lea {b}, [rip + 0x") and text.endswith("]"):
+            table = eff.address + eff.size + int(text[len(f"lea {b}, [rip + "):-1], 16)
+            want = "ja"
+        elif want == "ja" and text.startswith("ja "):
+            want = "cmp"
+        elif want == "cmp" and text.startswith("cmp "):
+            reg, _, bound = text[4:].partition(", ")
+            if reg not in _X86_ALIASES[idx] or table is None:
+                return None
+            try:
+                count = int(bound, 0) + 1
+            except ValueError:
+                return None
+            if not 0 < count <= _TABLE_MAX:
+                return None
+            data = read(table, 4 * count)
+            if data is None:
+                return None
+            entries = struct.unpack(f"<{count}i", data)
+            return [table + e for e in entries]
+        elif idx and want in ("lea", "ja") and text.startswith("movzx ") and all(
+                r in _X86_ALIASES[idx] for r in text[6:].split(", ")):
+            pass  # the index zero-extended from the width the bound was checked at
+        else:
+            names: tuple[str, ...] = _X86_ALIASES[a]
+            if b:
+                names += _X86_ALIASES[b]
+            if idx:
+                names += _X86_ALIASES[idx]
+            if want in ("ja", "cmp") or _mentions(text, names):
+                return None
+        j -= 1
     return None

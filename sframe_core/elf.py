@@ -90,13 +90,13 @@ class ElfSFrame:
 
 
     def code_reader(self, bias: int) -> CodeReader | None:
-        """Reads code from this file's executable PT_LOAD segments at runtime
+        """Reads this file's PT_LOAD contents (code, jump tables) at runtime
         addresses (file address + ``bias``); None for ``.o`` files (every
         section at 0) and files without segments."""
         if self.is_relocatable or not self.segments:
             return None
         path = self.path
-        segments = [seg for seg in self.segments if seg.executable]
+        segments = self.segments
 
         def read(address: int, size: int) -> bytes | None:
             vaddr = address - bias

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from .abi import Arch
-from .effects import Base, Effect, Flow, decoder_for
+from .effects import Base, Effect, Flow, amd64_jump_table, decoder_for
 from .rows import SAME, CFARule, Rule, RuleKind
 
 __all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis"]
@@ -209,11 +209,11 @@ _RED_ZONE = {"amd64": 128}
 
 
 def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule | None],
-            ) -> Analysis:
+            read: Callable[[int, int], bytes | None] | None = None) -> Analysis:
     """Rules for the callee-saved registers over ``[start, start + len(code))``.
 
     ``cfa_at(pc)`` gives SFrame's CFA rule at a PC of the function (None
-    where it has none). The result's spans cover the decoded instructions;
+    where it has none); ``read(address, size)`` the file's bytes (jump tables). The result's spans cover the decoded instructions;
     PCs outside them have no rules.
     """
     decoder = decoder_for(arch)
@@ -240,6 +240,16 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
             return Analysis((), f"branch at {eff.address:#x} into the middle of an instruction")
         if eff.flow is Flow.CALL and target is not None and start < target < end:
             return Analysis((), f"call at {eff.address:#x} into its own function")
+    # Indirect jumps through a jump table the decoder recognises go to its
+    # entries only; the others may go anywhere (see the module docstring).
+    tables: dict[int, list[int]] = {}
+    if read is not None and arch.name == "amd64":
+        leaders = {eff.target for eff in effects if eff.target is not None}
+        for i, eff in enumerate(effects):
+            if eff.flow is Flow.INDIRECT:
+                targets = amd64_jump_table(effects, i, leaders, read)
+                if targets is not None and all(t in at or not start <= t < end for t in targets):
+                    tables[i] = [at[t] for t in targets if t in at]
     tracked = decoder.tracked
     index = {reg: i for i, reg in enumerate(tracked)}
     anchors = [_anchor(cfa_at(eff.address), arch) for eff in effects]
@@ -272,7 +282,11 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
             out = _transfer(state, eff, index)
             flow = eff.flow
             if flow is Flow.INDIRECT:
-                indirect[i] = out
+                if i in tables:
+                    for k in tables[i]:
+                        flow_to(k, out)
+                else:
+                    indirect[i] = out
                 continue
             if flow is Flow.RETURN or flow is Flow.STOP:
                 continue

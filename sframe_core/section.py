@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["SFrameSection", "Lookup", "CodeReader", "SAVED_REGISTERS"]
 
-# Reads ``size`` bytes of code at an address of the section's address space
-# from the file (never from target memory); None where the file has none.
+# Reads ``size`` bytes at an address of the section's address space from the
+# file (never from target memory): code, and jump tables; None where the file
+# has none.
 CodeReader = Callable[[int, int], "bytes | None"]
 # The switch for the callee-saved register analysis (saved.py): rows carry
 # rules for rbx/r12-r15, x19-x28/d8-d15 where the function's code proves them.
@@ -305,7 +306,7 @@ class SFrameSection:
                 k = bisect_right(starts, pc) - 1
                 return cfas[k][1] if k >= 0 else None
 
-            result = analyse(self.arch, code, fde.start, cfa_at)
+            result = analyse(self.arch, code, fde.start, cfa_at, self.code)
         self._saved[fde.index] = result
         if len(self._saved) > SAVED_CACHE_SIZE:
             self._saved.popitem(last=False)
