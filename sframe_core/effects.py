@@ -503,6 +503,32 @@ _X86_ALIASES: dict[str, tuple[str, ...]] = {
 _TABLE_MAX = 4096
 
 
+def _single_lea(effects: list[Effect], base: str) -> int | None:
+    """The table address in ``base`` when ``base`` is a callee-saved register
+    (kept across calls) that exactly one instruction of the function writes,
+    ``lea base, [rip + T]``: a table base hoisted out of a loop. Writes are
+    the effects' (capstone's register-write lists)."""
+    number = _X86_NAMES.get(base)
+    if number not in CALLEE_SAVED["amd64"]:
+        return None
+    found: int | None = None
+    for eff in effects:
+        if number in eff.clobbers or any(ld.reg == number for ld in eff.loads):
+            if found is not None or not (eff.text.startswith(f"lea {base}, [rip + 0x")
+                                         and eff.text.endswith("]")):
+                return None
+            found = eff.address + eff.size + int(eff.text[len(f"lea {base}, [rip + "):-1], 16)
+    return found
+
+
+def _family(name: str, width: int) -> str | None:
+    """The 64-bit register whose alias of rank ``width`` (0: 64-bit, 1: 32-bit) is ``name``."""
+    for family, names in _X86_ALIASES.items():
+        if names[width] == name:
+            return family
+    return None
+
+
 def _mentions(text: str, regs: tuple[str, ...]) -> bool:
     words = set(text.replace(",", " ").replace("[", " ").replace("]", " ").replace("*", " ")
                 .replace("+", " ").replace("-", " ").split())
@@ -515,11 +541,12 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
     through, for gcc's position-independent form; None when it is not that form
     (the caller then assumes any target).
 
-        cmp  eI, N ; ja default ; lea rB, [rip + T] ; [movzx eI, Il] ;
+        cmp  eI, N ; ja default ; lea rB, [rip + T] ; [movzx eI, Il | mov eI, eJ] ;
         movsxd rA, dword ptr [rB + rI*4] ; add rA, rB ; jmp rA
 
     with other instructions in between that neither name rA, rB, rI nor are
-    branch targets (the index may be compared at any width and zero-extended
+    branch targets (the lea may also be anywhere when it is the only
+    instruction in the function that writes rB, a callee-saved register) (the index may be compared at any width and zero-extended
     after). The N + 1 entries are read from the file.
     """
     jump = effects[i].text.split()
@@ -547,6 +574,9 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
                 return None
             idx = rest[:-3]
             want = "lea"
+            hoisted = _single_lea(effects, b)
+            if hoisted is not None:
+                table, want = hoisted, "ja"
         elif want == "lea" and text.startswith(f"lea {b}, [rip + 0x") and text.endswith("]"):
             table = eff.address + eff.size + int(text[len(f"lea {b}, [rip + "):-1], 16)
             want = "ja"
@@ -570,6 +600,9 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
         elif idx and want in ("lea", "ja") and text.startswith("movzx ") and all(
                 r in _X86_ALIASES[idx] for r in text[6:].split(", ")):
             pass  # the index zero-extended from the width the bound was checked at
+        elif idx and want in ("lea", "ja") and text.startswith(f"mov {_X86_ALIASES[idx][1]}, ") \
+                and _family(text.split(", ")[1], 1) is not None:
+            idx = _family(text.split(", ")[1], 1) or idx  # a 32-bit copy: the bound is on the source
         else:
             names: tuple[str, ...] = _X86_ALIASES[a]
             if b:

@@ -26,7 +26,7 @@ Unknown is always allowed; a wrong rule never is. So:
   block reached only that way is never more precise than its jumps;
 - a direct jump or call into the middle of an instruction, an undecodable
   instruction, an FDE whose first row is not a function entry, or a
-  function larger than ``MAX_INSNS``: unknown.
+  function larger than ``MAX_INSNS``: the whole function is unknown.
 
 Precondition the analysis relies on, as ``.eh_frame`` does: code does not
 write into a save slot it will still restore from, except through the known
@@ -225,9 +225,12 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     if entry_cfa != CFARule(arch.sp, _ENTRY_CFA[arch.name]):
         return Analysis((), "the first row is not a function entry")
     effects: list[Effect] = []
+    # All or nothing: code not decoded could jump back into the rest.
     for eff in decoder.effects(code, start):
-        if eff is None or len(effects) >= MAX_INSNS:
-            break
+        if eff is None:
+            return Analysis((), f"undecodable instruction after {len(effects)} instructions")
+        if len(effects) >= MAX_INSNS:
+            return Analysis((), f"more than {MAX_INSNS} instructions")
         effects.append(eff)
     if not effects:
         return Analysis((), "no instruction decoded")
