@@ -545,9 +545,10 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
         movsxd rA, dword ptr [rB + rI*4] ; add rA, rB ; jmp rA
 
     with other instructions in between that neither name rA, rB, rI nor are
-    branch targets (the lea may also be anywhere when it is the only
-    instruction in the function that writes rB, a callee-saved register) (the index may be compared at any width and zero-extended
-    after). The N + 1 entries are read from the file.
+    branch targets. The index may be compared at any width and zero-extended
+    after; the lea may be anywhere when it is the only instruction in the
+    function that writes rB, a callee-saved register. The N + 1 entries are
+    read from the file.
     """
     jump = effects[i].text.split()
     if len(jump) < 2 or jump[-2] != "jmp" or jump[-1] not in _X86_ALIASES:

@@ -213,8 +213,9 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     """Rules for the callee-saved registers over ``[start, start + len(code))``.
 
     ``cfa_at(pc)`` gives SFrame's CFA rule at a PC of the function (None
-    where it has none); ``read(address, size)`` the file's bytes (jump tables). The result's spans cover the decoded instructions;
-    PCs outside them have no rules.
+    where it has none); ``read(address, size)`` the file's bytes (jump
+    tables). The result's spans cover the decoded instructions; PCs outside
+    them have no rules.
     """
     decoder = decoder_for(arch)
     if decoder is None:
