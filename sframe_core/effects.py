@@ -503,17 +503,34 @@ _X86_ALIASES: dict[str, tuple[str, ...]] = {
 _TABLE_MAX = 4096
 
 
-def _single_lea(effects: list[Effect], base: str) -> int | None:
+def _falls_to_return(effects: list[Effect], k: int, leaders: set[int]) -> bool:
+    """From ``effects[k]`` on, only pops (none a branch target) up to a return."""
+    while k < len(effects):
+        eff = effects[k]
+        if eff.address in leaders:
+            return False
+        if eff.flow is Flow.RETURN:
+            return True
+        if not eff.text.startswith("pop ") or eff.flow is not Flow.FALL:
+            return False
+        k += 1
+    return False
+
+
+def _single_lea(effects: list[Effect], base: str, leaders: set[int]) -> int | None:
     """The table address in ``base`` when ``base`` is a callee-saved register
     (kept across calls) that exactly one instruction of the function writes,
     ``lea base, [rip + T]``: a table base hoisted out of a loop. Writes are
-    the effects' (capstone's register-write lists)."""
+    the effects' (capstone's register-write lists); an epilogue's ``pop base``
+    followed only by pops and a return does not count."""
     number = _X86_NAMES.get(base)
     if number not in CALLEE_SAVED["amd64"]:
         return None
     found: int | None = None
-    for eff in effects:
+    for k, eff in enumerate(effects):
         if number in eff.clobbers or any(ld.reg == number for ld in eff.loads):
+            if eff.text == f"pop {base}" and _falls_to_return(effects, k + 1, leaders):
+                continue  # an epilogue's restore: nothing after it reaches the jump
             if found is not None or not (eff.text.startswith(f"lea {base}, [rip + 0x")
                                          and eff.text.endswith("]")):
                 return None
@@ -575,7 +592,7 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
                 return None
             idx = rest[:-3]
             want = "lea"
-            hoisted = _single_lea(effects, b)
+            hoisted = _single_lea(effects, b, leaders)
             if hoisted is not None:
                 table, want = hoisted, "ja"
         elif want == "lea" and text.startswith(f"lea {b}, [rip + 0x") and text.endswith("]"):

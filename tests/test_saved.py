@@ -12,21 +12,16 @@ set just below the measured value so a regression shows.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import manifest_params, require
+from helpers import FIXTURES, savedcheck
+from helpers import realprogs as rp
+from helpers.manifest import manifest_params, require
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import realprogs as rp  # noqa: E402
-import savedcheck  # noqa: E402
-
-from sframe_core import section as section_mod  # noqa: E402
-from sframe_core.elf import read_elf  # noqa: E402
-from sframe_core.rows import SAME, Rule, RuleKind  # noqa: E402
-
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+from sframe_core import section as section_mod
+from sframe_core.elf import read_elf
+from sframe_core.rows import SAME, Rule, RuleKind
 
 # Coverage floors: gcc -O2 x86-64 code is the target (>= 95%).
 FLOORS = {"busid-v3": 0.95, "bu2.40-v1": 0.95, "bu2.44-v2": 0.95, "busid-v3-Os": 0.95,
