@@ -35,6 +35,7 @@ from sframe_core.abi import AARCH64_LE, AMD64, Arch
 from sframe_core.errors import SFrameError
 from sframe_core.memory import PageCache
 from sframe_core.norow import entry_stop, is_sigreturn
+from sframe_core.rows import RuleKind
 from sframe_core.unwind import DEFAULT_PAC_MASK, NORMAL_ENDS, Stop, caller_registers
 
 from .objfiles import (
@@ -45,6 +46,8 @@ from .objfiles import (
     segment_candidates,
     segment_entries,
 )
+
+_SAME = RuleKind.SAME_VALUE
 
 __all__ = ["MODES", "Registers", "SFrameUnwinder", "warn"]
 
@@ -138,6 +141,30 @@ class Registers:
         return found
 
 
+def _below_inline_only(pc: int, level: int) -> bool:
+    """Can the real frame at ``pc`` and ``level`` be the innermost one, under
+    inline frames only?
+
+    GDB numbers inline frames too: stopped at a PC inside an inlined call,
+    frame 0 is the inline frame and the function's real frame is level 1 or
+    more, with the same PC and the live registers. Its PC is the next
+    instruction to run (look rows up at it), not a return address (at
+    ``pc - 1``). Asked only for the first frame of a walk above level 0; true
+    when the debug info has at least ``level`` inlined calls around ``pc``.
+    (Frame objects cannot be read from inside an unwinder: GDB 13 aborts.)
+    """
+    try:
+        block = gdb.block_for_pc(pc)
+    except RuntimeError:
+        return False
+    depth = -1  # the real function's own block is not an inline frame
+    while block is not None:
+        if block.function is not None:
+            depth += 1
+        block = block.superblock
+    return 0 < level <= depth
+
+
 class _Walk:
     """What one backtrace reuses from frame to frame.
 
@@ -147,13 +174,16 @@ class _Walk:
     at level 0 and its page cache cannot go stale under it.
     """
 
-    __slots__ = ("table", "memory", "after_sigtramp")
+    __slots__ = ("table", "memory", "after_sigtramp", "first_level")
 
-    def __init__(self, table: ObjfileTable | None) -> None:
+    def __init__(self, table: ObjfileTable | None, first_level: int = 0) -> None:
         self.table = table
         self.memory = PageCache(_memory_reader(gdb.selected_inferior()))
         # Levels whose inner frame is a signal trampoline.
         self.after_sigtramp: set[int] = set()
+        # The level of the first frame this walk was asked for: above 0 when
+        # GDB made frame 0 itself (an inline frame, or another unwinder's).
+        self.first_level = first_level
 
 
 class SFrameUnwinder(gdb.unwinder.Unwinder):
@@ -284,7 +314,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         level = pending_frame.level()
         walk = self._walk
         if level == 0 or walk is None:
-            walk = self._walk = _Walk(self.table())
+            walk = self._walk = _Walk(self.table(), level)
         pc = pending_frame.pc() if _HAS_PC else int(pending_frame.read_register(
             self._pc_handles.get(pending_frame.architecture(), "pc")))
         table = walk.table
@@ -293,7 +323,8 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             self._note_sigtramp(pending_frame, walk, pc, level)
             return None
         self._last_entry = entry
-        interrupted = level == 0 or level in walk.after_sigtramp
+        interrupted = level == 0 or level in walk.after_sigtramp or (
+            level == walk.first_level and _below_inline_only(pc, level))
         lookup_pc = pc if interrupted else pc - 1
         if self.mode == "auto" and entry.covered_by_cfi(self, lookup_pc):
             return None
@@ -348,8 +379,17 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         for regno, val in caller_regs.items():
             try:
                 info.add_saved_register(handle(regno), value(val))
-            except ValueError:
-                pass  # a register this GDB architecture does not have
+            except (ValueError, gdb.error):
+                pass  # a register this GDB architecture does not have (or only as a pseudo)
+        for regno, rule in row.regs:
+            # Callee-saved registers the code analysis proves unchanged here
+            # (sframe_core.saved): the caller's value is this frame's, passed
+            # on as GDB's own value (unavailable stays unavailable).
+            if rule.kind is _SAME and regno not in caller_regs:
+                try:
+                    info.add_saved_register(handle(regno), read_register(handle(regno)))
+                except (ValueError, gdb.error):
+                    pass
         if caller_interrupted:
             walk.after_sigtramp.add(level + 1)
         return info
