@@ -100,15 +100,22 @@ def capstone_available() -> bool:
     return True
 
 
+_DECODERS: dict[str, _Decoder | None] = {}
+
+
 def decoder_for(arch: Arch) -> _Decoder | None:
-    """A decoder for the ABI, or None (no capstone, or an ABI without one)."""
-    if not capstone_available():
-        return None
-    if arch.name == "amd64":
-        return _AMD64()
-    if arch.name == "aarch64":
-        return _AArch64()
-    return None
+    """A decoder for the ABI, or None (no capstone, or an ABI without one);
+    one per ABI, made on first use."""
+    if arch.name in _DECODERS:
+        return _DECODERS[arch.name]
+    decoder: _Decoder | None = None
+    if capstone_available():
+        if arch.name == "amd64":
+            decoder = _AMD64()
+        elif arch.name == "aarch64":
+            decoder = _AArch64()
+    _DECODERS[arch.name] = decoder
+    return decoder
 
 
 class _Decoder:

@@ -124,3 +124,37 @@ def test_no_code_no_rules(tmp_path: Path) -> None:
     fde = max(section.iter_fdes(), key=lambda f: f.size)
     row = section.row_at(fde.start + 0x40)
     assert row is not None and row.regs == ()
+
+
+@pytest.mark.gdb
+@pytest.mark.slow
+def test_backtrace_registers_json_against_eh_frame_rows(tmp_path: Path) -> None:
+    """`sframe backtrace --core --json --registers` on a core of the twin: the
+    walk with SFrame rows (and the code analysis) against the walk with
+    .eh_frame rows, same core: every register both know is equal, and SFrame's
+    walk knows nearly every callee-saved register .eh_frame's does."""
+    from helpers.oracle import gdb_run, sframe, sframe_json
+
+    program = rp.LUA
+    core = tmp_path / "lua.core"
+    gdb_run(program.path("busid-v3"), list(program.args), tmp_path, core=core,
+            breakpoint="luaD_growstack", pcs=False, timeout=300)
+    exe = str(program.path("busid-v3"))
+    ours = sframe_json("backtrace", "--core", str(core), "--exe", exe, "--registers")
+    theirs = sframe_json("backtrace", "--core", str(core), "--exe", exe, "--registers",
+                         "--source", "eh_frame")
+    mine, ref = ours["threads"][0]["frames"], theirs["threads"][0]["frames"]
+    assert [f["pc"] for f in mine] == [f["pc"] for f in ref]
+    assert len(mine) >= rp.MIN_DEPTH
+    callee = {"rbx", "r12", "r13", "r14", "r15"}
+    known = both = 0
+    for a, b in zip(mine[1:], ref[1:], strict=True):
+        for name, value in b["registers"].items():
+            if name in a["registers"]:
+                assert a["registers"][name] == value, (a["index"], a["function"], name)
+        for name in callee & set(b["registers"]):
+            known += 1
+            both += name in a["registers"]
+    assert known > 20 and both >= 0.9 * known, (both, known)
+    text = sframe("backtrace", "--core", str(core), "--exe", exe, "--registers").stdout
+    assert "    " in text and "rbx=0x" in text
