@@ -119,7 +119,27 @@ def decoder_for(arch: Arch) -> _Decoder | None:
 
 
 class _Decoder:
+    """A capstone instance with details on, and register ids -> DWARF numbers."""
+
     tracked: tuple[int, ...] = ()
+
+    def __init__(self, cs_arch: int, cs_mode: int, names: dict[str, int], consts: Any) -> None:
+        import capstone
+
+        self._cs = capstone.Cs(cs_arch, cs_mode)
+        self._cs.detail = True
+        self._c = consts
+        self._names = names
+        self._ids: dict[int, int | None] = {}
+
+    def _num(self, insn: Any, reg: int) -> int | None:
+        if reg == 0:
+            return None
+        try:
+            return self._ids[reg]
+        except KeyError:
+            number = self._ids[reg] = self._names.get(insn.reg_name(reg))
+            return number
 
     def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
         """Effects of the instructions from ``address`` on; None where decoding fails."""
@@ -157,14 +177,7 @@ class _AMD64(_Decoder):
         import capstone
         from capstone import x86_const
 
-        self._cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-        self._cs.detail = True
-        self._c = x86_const
-
-    def _num(self, insn: Any, reg: int) -> int | None:
-        if reg == 0:
-            return None
-        return _X86_NAMES.get(insn.reg_name(reg))
+        super().__init__(capstone.CS_ARCH_X86, capstone.CS_MODE_64, _X86_NAMES, x86_const)
 
     def _base(self, insn: Any, mem: Any) -> tuple[Base, int]:
         base = self._num(insn, mem.base)
@@ -336,14 +349,7 @@ class _AArch64(_Decoder):
         import capstone
         from capstone import arm64_const
 
-        self._cs = capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM)
-        self._cs.detail = True
-        self._c = arm64_const
-
-    def _num(self, insn: Any, reg: int) -> int | None:
-        if reg == 0:
-            return None
-        return _A64_NAMES.get(insn.reg_name(reg))
+        super().__init__(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM, _A64_NAMES, arm64_const)
 
     def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
         # Fixed-width: decode word by word so one bad word does not hide the rest.

@@ -188,17 +188,31 @@ def _stepi_in_lockstep(twin: Gdb, g: Gdb, *, until: str, limit: int) -> tuple[se
     return seen, steps
 
 
-def test_stepi_matches_twin(gdb_path: str) -> None:
-    """Every instruction from f2's entry to its return: prologue, alloca, a tail
-    call (f3 -> f4), stop_here, epilogues. Same bt as the twin at each step."""
-    producer = "bu2.44-v2"
-    with Gdb(gdb_path, plugin=False, args=[str(need(X86 / producer / "deep"))]) as twin, \
-            Gdb(gdb_path, args=[str(need(X86 / producer / "deep.noeh"))]) as g:
+STEPI_RUNS = [
+    # Every instruction from f2's entry to its return: prologue, alloca, a
+    # tail call (f3 -> f4), stop_here, epilogues.
+    pytest.param("bu2.44-v2", "deep", "f2", "f1", {"f2", "f3", "f4", "stop_here", "f1"},
+                 id="deep-f2"),
+    # Issue 12: realign_fn (DRAP, SFrame v3 flex FDE) to its return. Right
+    # after `pop %rbp` the row still reads the FP through rbp, which holds the
+    # caller's value by then: that FP is unknown, the walk goes on.
+    pytest.param("busid-v3", "realign", "realign_fn", "r1",
+                 {"realign_fn", "r2", "stop_here", "r1"}, id="realign-drap-epilogue"),
+]
+
+
+@pytest.mark.parametrize(("producer", "name", "function", "until", "expected"), STEPI_RUNS)
+def test_stepi_matches_twin(gdb_path: str, producer: str, name: str, function: str, until: str,
+                            expected: set[str]) -> None:
+    """stepi from the function's entry until it returns: the same bt as the
+    twin at every instruction."""
+    with Gdb(gdb_path, plugin=False, args=[str(need(X86 / producer / name))]) as twin, \
+            Gdb(gdb_path, args=[str(need(X86 / producer / f"{name}.noeh"))]) as g:
         for s in (twin, g):
-            s.cmd("break *f2")
+            s.cmd(f"break *{function}")
             s.cmd("run")
-        seen, steps = _stepi_in_lockstep(twin, g, until="f1", limit=MAX_STEPS)
-        assert {"f2", "f3", "f4", "stop_here", "f1"} <= seen, seen
+        seen, steps = _stepi_in_lockstep(twin, g, until=until, limit=MAX_STEPS)
+        assert expected <= seen, seen
         assert steps < MAX_STEPS
 
 
@@ -522,21 +536,6 @@ def _twin_register(gdb_path: str, program: Path, level: int, reg: str) -> str:
         g.cmd(f"frame {level}")
         out = g.cmd(f"p/x ${reg}")
     return out.split("=", 1)[1].strip()
-
-
-def test_stepi_realigned_epilogue_matches_twin(gdb_path: str) -> None:
-    """Issue 12: through realign_fn (DRAP, SFrame v3 flex FDE) to its return.
-    Right after `pop %rbp` the row still reads the FP through rbp, which holds
-    the caller's value by then: that FP is unknown, the walk goes on."""
-    producer = "busid-v3"
-    with Gdb(gdb_path, plugin=False, args=[str(need(X86 / producer / "realign"))]) as twin, \
-            Gdb(gdb_path, args=[str(need(X86 / producer / "realign.noeh"))]) as g:
-        for s in (twin, g):
-            s.cmd("break *realign_fn")
-            s.cmd("run")
-        seen, steps = _stepi_in_lockstep(twin, g, until="r1", limit=MAX_STEPS)
-        assert {"realign_fn", "r2", "stop_here", "r1"} <= seen, seen
-        assert steps < MAX_STEPS
 
 
 # -- inside the frames: callee-saved registers and variables -----------------------
