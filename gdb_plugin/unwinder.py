@@ -174,7 +174,8 @@ class _Walk:
     at level 0 and its page cache cannot go stale under it.
     """
 
-    __slots__ = ("table", "memory", "after_sigtramp", "first_level")
+    __slots__ = ("table", "memory", "after_sigtramp", "first_level", "handed", "handed_level",
+                 "handed_sp")
 
     def __init__(self, table: ObjfileTable | None, first_level: int = 0) -> None:
         self.table = table
@@ -184,6 +185,13 @@ class _Walk:
         # The level of the first frame this walk was asked for: above 0 when
         # GDB made frame 0 itself (an inline frame, or another unwinder's).
         self.first_level = first_level
+        # The values last handed to GDB (DWARF number -> gdb.Value): the
+        # registers of the frame above ``handed_level``, which the next step
+        # passes on where a register is unchanged, without asking GDB (when
+        # its frame has that level and that SP: the same thread's stack).
+        self.handed: dict[int, object] = {}
+        self.handed_level = -2
+        self.handed_sp: int | None = None  # and the SP handed with them
 
 
 class SFrameUnwinder(gdb.unwinder.Unwinder):
@@ -376,20 +384,35 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         value = regs_info.value
         info.add_saved_register(regs_info.pc, value(caller_pc))
         handle = regs_info.handle
+        handed: dict[int, object] = {}
         for regno, val in caller_regs.items():
             try:
-                info.add_saved_register(handle(regno), value(val))
+                v = value(val)
+                info.add_saved_register(handle(regno), v)
+                handed[regno] = v
             except (ValueError, gdb.error):
                 pass  # a register this GDB architecture does not have (or only as a pseudo)
-        for regno, rule in row.regs:
+        if row.regs:
             # Callee-saved registers the code analysis proves unchanged here
-            # (sframe_core.saved): the caller's value is this frame's, passed
-            # on as GDB's own value (unavailable stays unavailable).
-            if rule.kind is _SAME and regno not in caller_regs:
+            # (sframe_core.saved): the caller's value is this frame's. When
+            # the frame below was ours, that is what the last step handed to
+            # GDB (absent: unknown here too); else GDB's own value, passed on
+            # as it is (unavailable stays unavailable).
+            inner = walk.handed if (walk.handed_level == level - 1 and walk.handed_sp is not None
+                                    and regs.get(arch.sp) == walk.handed_sp) else None
+            for regno, rule in row.regs:
+                if rule.kind is not _SAME or regno in caller_regs:
+                    continue
                 try:
-                    info.add_saved_register(handle(regno), read_register(handle(regno)))
+                    v = inner.get(regno) if inner is not None else read_register(handle(regno))
+                    if v is not None:
+                        info.add_saved_register(handle(regno), v)
+                        handed[regno] = v
                 except (ValueError, gdb.error):
                     pass
+        walk.handed = handed
+        walk.handed_level = level
+        walk.handed_sp = caller_regs.get(arch.sp)
         if caller_interrupted:
             walk.after_sigtramp.add(level + 1)
         return info
