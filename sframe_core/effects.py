@@ -338,7 +338,9 @@ _A64_SP, _A64_FP = 31, 29
 # Instructions whose first register operand is read, not written.
 _A64_READ_FIRST = ("st", "cmp", "cmn", "tst", "fcmp", "fcmpe", "ccmp", "ccmn", "fccmp", "fccmpe",
                    "cbz", "cbnz", "tbz", "tbnz", "br", "blr", "ret", "prfm", "prfum", "msr", "dc",
-                   "ic", "at", "tlbi", "sys", "hint", "nop", "bti", "pac", "aut", "xpaclri")
+                   "ic", "at", "tlbi", "sys", "hint", "nop", "bti")
+# Instructions that may write any of their register operands (loads, atomics).
+_A64_WRITE_ALL = ("ld", "swp", "cas")
 _A64_STOPS = {"brk", "udf", "hlt"}
 
 
@@ -373,7 +375,7 @@ class _AArch64(_Decoder):
         base_mnem = mnem.split(".")[0]
         reads_first = base_mnem.startswith(_A64_READ_FIRST)
         is_load = base_mnem.startswith("ld")
-        if is_load:
+        if base_mnem.startswith(_A64_WRITE_ALL):
             writes.update(n for n in reg_ops if n is not None)
         elif reg_ops and not reads_first and reg_ops[0] is not None:
             writes.add(reg_ops[0])
