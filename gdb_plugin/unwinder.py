@@ -111,6 +111,15 @@ class Registers:
         except Exception:  # noqa: BLE001
             descriptors = {}
         self.has_pauth = "pauth_cmask" in descriptors
+        # Registers GDB keeps per frame (its "save" group): a Python unwinder
+        # may only hand those. Pseudo registers (aarch64 d8-d15, views of
+        # v8-v15) handed as saved corrupt the frame's other registers.
+        try:
+            saved = {r.name for r in gdb_arch.registers("save")}
+        except Exception:  # noqa: BLE001 - no such group: the general registers only
+            saved = set()
+        self.raw = frozenset(n for n, name in arch.reg_names
+                             if name in saved or (not saved and n < 32))
         handles: dict[int, object] = {n: descriptors.get(name, name) for n, name in arch.reg_names}
         handles[arch.sp] = descriptors.get(arch.reg_name(arch.sp), "sp")
         self.handles = handles
@@ -385,7 +394,10 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         info.add_saved_register(regs_info.pc, value(caller_pc))
         handle = regs_info.handle
         handed: dict[int, object] = {}
+        raw = regs_info.raw
         for regno, val in caller_regs.items():
+            if regno not in raw:
+                continue
             try:
                 v = value(val)
                 info.add_saved_register(handle(regno), v)
@@ -401,7 +413,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             inner = walk.handed if (walk.handed_level == level - 1 and walk.handed_sp is not None
                                     and regs.get(arch.sp) == walk.handed_sp) else None
             for regno, rule in row.regs:
-                if rule.kind is not _SAME or regno in caller_regs:
+                if rule.kind is not _SAME or regno in caller_regs or regno not in raw:
                     continue
                 try:
                     v = inner.get(regno) if inner is not None else read_register(handle(regno))
