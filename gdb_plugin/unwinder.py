@@ -48,6 +48,7 @@ from .objfiles import (
 )
 
 _SAME = RuleKind.SAME_VALUE
+_VALUE_CACHE = 4096
 
 __all__ = ["MODES", "Registers", "SFrameUnwinder", "warn"]
 
@@ -184,7 +185,7 @@ class _Walk:
     """
 
     __slots__ = ("table", "memory", "after_sigtramp", "first_level", "handed", "handed_level",
-                 "handed_sp")
+                 "handed_sp", "values")
 
     def __init__(self, table: ObjfileTable | None, first_level: int = 0) -> None:
         self.table = table
@@ -201,6 +202,8 @@ class _Walk:
         self.handed: dict[int, object] = {}
         self.handed_level = -2
         self.handed_sp: int | None = None  # and the SP handed with them
+        # gdb.Value by integer: a deep recursion hands the same values again and again.
+        self.values: dict[int, object] = {}
 
 
 class SFrameUnwinder(gdb.unwinder.Unwinder):
@@ -395,11 +398,16 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         handle = regs_info.handle
         handed: dict[int, object] = {}
         raw = regs_info.raw
+        values = walk.values
         for regno, val in caller_regs.items():
             if regno not in raw:
                 continue
             try:
-                v = value(val)
+                v = values.get(val)
+                if v is None:
+                    if len(values) >= _VALUE_CACHE:
+                        values.clear()
+                    v = values[val] = value(val)
                 info.add_saved_register(handle(regno), v)
                 handed[regno] = v
             except (ValueError, gdb.error):

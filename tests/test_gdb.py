@@ -637,10 +637,11 @@ def test_nexti_through_a_function_values_match(gdb_path: str) -> None:
     caller: the caller frames' registers and variables compared at each."""
     program = rp.LUA
     with Gdb(gdb_path, args=[str(need(program.path("busid-v3")))]) as g:
-        g.cmd("tbreak sort_comp")
+        g.cmd("tbreak *sort_comp")  # its first instruction, before the pushes
         g.cmd(program.run_line(), timeout=300)
         g.cmd("set $values_depth = 5")
         names = set()
+        step = 0
         for step in range(80):
             native, ours = _both_ways(g)
             _compare(native, ours, f"step {step} at {native[0].pc:#x} in {native[0].name}")
@@ -648,4 +649,6 @@ def test_nexti_through_a_function_values_match(gdb_path: str) -> None:
             if native[0].name != "sort_comp":
                 break
             g.cmd("nexti")
-        assert names == {"sort_comp", "auxsort"}, names
+        # Out through the ret epilogue (to auxsort) or the tail call (to
+        # lua_compare, whose first line is inlined index2value).
+        assert "sort_comp" in names and len(names) == 2 and step >= 8, (names, step)
