@@ -646,3 +646,81 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
                 return None
         j -= 1
     return None
+
+
+def _imm(text: str) -> int | None:
+    text = text.strip().lstrip("#")
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None
+
+
+def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[int]],
+                       read: Callable[[int, int], bytes | None]) -> list[int] | None:
+    """Targets of the jump table that ``br`` at ``effects[i]`` dispatches
+    through, for gcc's aarch64 form; None when it is not exactly that form:
+
+        cmp wI, #N ; b.ls L            (the only way into L)
+        ...          (no fall-through into L)
+     L: adrp xT, #P ; add xT, xT, #O ; ldrh|ldrb wE, [xT, wI, uxtw {#1}] ;
+        adr xB, #BASE ; add xA, xB, wE, sxth|sxtb|uxth|uxtb #2 ; br xA
+
+    ``leaders`` maps each direct branch target to the branches that go there.
+    The N + 1 entries (halfwords or bytes) are read from the file; targets
+    are BASE + 4 * entry (sign- or zero-extended as the add says).
+    """
+    if i < 6:
+        return None
+    texts = [e.text.strip() for e in effects[i - 5:i + 1]]
+    adrp, add_t, load, adr, add_a, br = (t.replace(",", " ").split() for t in texts)
+    if br[0] != "br" or len(br) != 2 or add_a[:1] != ["add"] or len(add_a) != 6:
+        return None
+    a, b, e, ext, shift = add_a[1], add_a[2], add_a[3], add_a[4], add_a[5]
+    if a != br[1] or shift != "#2" or ext not in ("sxth", "sxtb", "uxth", "uxtb"):
+        return None
+    if adr[:2] != ["adr", b] or len(adr) != 3:
+        return None
+    base = _imm(adr[2])
+    # ldrh w1, [x1, w0, uxtw #1]  ->  ['ldrh', 'w1', '[x1', 'w0', 'uxtw', '#1]']
+    if load[0] not in ("ldrh", "ldrb") or load[1] != e:
+        return None
+    width = 2 if load[0] == "ldrh" else 1
+    tail = load[4:]
+    if width == 2 and tail != ["uxtw", "#1]"]:
+        return None
+    if width == 1 and tail not in (["uxtw]"], ["uxtw", "#0]"]):
+        return None
+    table_reg, index = load[2].lstrip("["), load[3]
+    if ext[-1] != ("h" if width == 2 else "b"):
+        return None
+    if adrp[:2] != ["adrp", table_reg] or add_t[:3] != ["add", table_reg, table_reg]:
+        return None
+    page, low = _imm(adrp[2]), _imm(add_t[3]) if len(add_t) == 4 else None
+    if base is None or page is None or low is None or index == table_reg[0] + table_reg[1:] \
+            or index.lstrip("wx") == table_reg.lstrip("wx"):
+        return None
+    start = effects[i - 5]
+    # Nothing branches into the block but one b.ls, nothing falls into it.
+    if effects[i - 6].flow not in (Flow.RETURN, Flow.JUMP, Flow.INDIRECT, Flow.STOP):
+        return None
+    if any(effects[k].address in leaders for k in range(i - 4, i + 1)):
+        return None
+    sources = leaders.get(start.address, [])
+    if len(sources) != 1:
+        return None
+    k = sources[0]
+    if k < 1 or not effects[k].text.startswith("b.ls ") or \
+            effects[k - 1].text.replace(",", " ").split()[:2] != ["cmp", index]:
+        return None
+    bound = _imm(effects[k - 1].text.replace(",", " ").split()[2])
+    if bound is None or not 0 <= bound < _TABLE_MAX:
+        return None
+    count = bound + 1
+    data = read(page + low, width * count)
+    if data is None:
+        return None
+    signed = ext.startswith("s")
+    fmt = {(2, True): "h", (2, False): "H", (1, True): "b", (1, False): "B"}[(width, signed)]
+    entries = struct.unpack(f"<{count}{fmt}", data)
+    return [base + 4 * entry for entry in entries]

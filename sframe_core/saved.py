@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from .abi import Arch
-from .effects import Base, Effect, Flow, amd64_jump_table, decoder_for
+from .effects import Base, Effect, Flow, aarch64_jump_table, amd64_jump_table, decoder_for
 from .rows import SAME, CFARule, Rule, RuleKind
 
 __all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis"]
@@ -247,11 +247,16 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     # Indirect jumps through a jump table the decoder recognises go to its
     # entries only; the others may go anywhere (see the module docstring).
     tables: dict[int, list[int]] = {}
-    if read is not None and arch.name == "amd64":
+    if read is not None and arch.name in ("amd64", "aarch64"):
         leaders = {eff.target for eff in effects if eff.target is not None}
+        sources: dict[int, list[int]] = {}
+        for i, eff in enumerate(effects):
+            if eff.target is not None:
+                sources.setdefault(eff.target, []).append(i)
         for i, eff in enumerate(effects):
             if eff.flow is Flow.INDIRECT:
-                targets = amd64_jump_table(effects, i, leaders, read)
+                targets = (amd64_jump_table(effects, i, leaders, read) if arch.name == "amd64"
+                           else aarch64_jump_table(effects, i, sources, read))
                 if targets is not None and all(t in at or not start <= t < end for t in targets):
                     tables[i] = [at[t] for t in targets if t in at]
     tracked = decoder.tracked

@@ -22,7 +22,8 @@ Each (PC, register) pair lands in one class:
   can run between the function's entry and the PC writes the register
   (capstone's register-write lists, over a control-flow graph in which an
   indirect jump goes to its jump table's entries when
-  ``effects.amd64_jump_table`` reads one, else to any instruction), except ``pop`` instructions that
+  ``effects.amd64_jump_table`` / ``aarch64_jump_table`` read one, else to any
+  instruction), except ``pop`` instructions that
   read the slot ``.eh_frame`` names for it there (restores);
 - ``unknown-both``;
 - anything else is a disagreement: the test fails on any.
@@ -37,7 +38,14 @@ from collections import Counter
 from collections.abc import Iterator
 
 from sframe_core.cfi import CFITable
-from sframe_core.effects import _A64_NAMES, _X86_NAMES, CALLEE_SAVED, amd64_jump_table, decoder_for
+from sframe_core.effects import (
+    _A64_NAMES,
+    _X86_NAMES,
+    CALLEE_SAVED,
+    aarch64_jump_table,
+    amd64_jump_table,
+    decoder_for,
+)
 from sframe_core.elf import read_elf
 from sframe_core.format import FDE
 from sframe_core.rows import Row, Rule, RuleKind
@@ -144,13 +152,20 @@ def _graph(section: SFrameSection, table: CFITable, fde: FDE) -> tuple[list[int]
         if falls and k + 1 < len(insns):
             preds[insns[k + 1].address].add(insn.address)
     tables: dict[int, list[int]] = {}
-    if section.arch.name == "amd64" and indirect:
+    if indirect:
         effects = list(decoder_for(section.arch).effects(code, fde.start))  # type: ignore[union-attr]
         if None not in effects:
             leaders = {e.target for e in effects if e is not None and e.target is not None}
+            sources: dict[int, list[int]] = {}
+            for k, e in enumerate(effects):
+                if e is not None and e.target is not None:
+                    sources.setdefault(e.target, []).append(k)
             index = {e.address: k for k, e in enumerate(effects) if e is not None}
             for site in indirect:
-                found = amd64_jump_table(effects, index[site], leaders, section.code)  # type: ignore[arg-type]
+                if section.arch.name == "amd64":
+                    found = amd64_jump_table(effects, index[site], leaders, section.code)  # type: ignore[arg-type]
+                else:
+                    found = aarch64_jump_table(effects, index[site], sources, section.code)  # type: ignore[arg-type]
                 if found is not None:
                     tables[site] = found
     for site in indirect:
