@@ -36,6 +36,7 @@ from sframe_core.errors import SFrameError
 from sframe_core.memory import PageCache
 from sframe_core.norow import entry_stop, is_sigreturn
 from sframe_core.rows import RuleKind
+from sframe_core.section import SFrameSection
 from sframe_core.unwind import DEFAULT_PAC_MASK, NORMAL_ENDS, Stop, caller_registers
 
 from .objfiles import (
@@ -173,6 +174,35 @@ def _below_inline_only(pc: int, level: int) -> bool:
             depth += 1
         block = block.superblock
     return 0 < level <= depth
+
+
+def _after_call(section: SFrameSection, pc: int) -> bool:
+    """Could ``pc`` be a return address: does a call instruction end there?
+
+    Checked on the file's bytes (any of the call encodings compilers emit);
+    unknown counts as yes. A frame at such a PC is treated as a caller
+    (rows at ``pc - 1``), as before inline frames were told apart.
+    """
+    if section.code is None:
+        return True
+    try:
+        code = section.code(pc - 8, 8)
+    except OSError:
+        return True
+    if code is None:
+        return True
+    if section.arch.name == "amd64":
+        return (code[3] == 0xE8 or (code[6] == 0xFF and code[7] & 0x38 == 0x10)
+                or (code[5] == 0xFF and code[6] & 0x38 == 0x10)
+                or (code[2] == 0xFF and code[3] & 0x38 == 0x10)
+                or (code[1] == 0xFF and code[2] & 0x38 == 0x10)
+                or (code[0] == 0xFF and code[1] & 0x38 == 0x10)
+                or (code[4] == 0xFF and code[5] & 0x38 == 0x10))
+    if section.arch.name.startswith("aarch64"):
+        word = int.from_bytes(code[4:], "big" if section.arch.big_endian else "little")
+        return (word & 0xFC000000 == 0x94000000 or word & 0xFFFFFC1F == 0xD63F0000
+                or word & 0xFEFFF800 == 0xD63F0800)
+    return True
 
 
 class _Walk:
@@ -343,12 +373,13 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             self._note_sigtramp(pending_frame, walk, pc, level)
             return None
         self._last_entry = entry
+        section = entry.section or entry.sframe(self)
         interrupted = level == 0 or level in walk.after_sigtramp or (
-            level == walk.first_level and _below_inline_only(pc, level))
+            level == walk.first_level and _below_inline_only(pc, level)
+            and section is not None and not _after_call(section, pc))
         lookup_pc = pc if interrupted else pc - 1
         if self.mode == "auto" and entry.covered_by_cfi(self, lookup_pc):
             return None
-        section = entry.section or entry.sframe(self)
         if section is None:
             return None
         try:
