@@ -455,7 +455,15 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
                 if rule.kind is not _SAME or regno in caller_regs or regno not in raw:
                     continue
                 try:
-                    v = inner.get(regno) if inner is not None else read_register(handle(regno))
+                    if inner is not None:
+                        v = inner.get(regno)
+                    else:
+                        # GDB's value may be lazy and "not saved": fetch it
+                        # here, so that it is skipped, not an error later.
+                        v = read_register(handle(regno))
+                        v.fetch_lazy()
+                        if v.is_optimized_out:
+                            v = None
                     if v is not None:
                         info.add_saved_register(handle(regno), v)
                         handed[regno] = v
