@@ -10,8 +10,10 @@ Two measurements, each on ``deep.noeh`` with the plugin and on its twin
 2. ``stepi`` + ``bt`` per instruction through f2 .. f4 (what a user stepping
    with a backtrace window pays), timed the same way.
 
-Usage: python -m bench.bench_gdb [--gdb PATH] [--depth N] [--repeat N] (from the checkout)
-Prints absolute times and the plugin/native ratio (target: within 1.25x).
+Usage: python -m bench.bench_gdb [--gdb PATH] [--depth N] [--repeat N] [--saved on|off|both]
+(from the checkout). Prints absolute times and the plugin/native ratio
+(target: within 1.25x). ``--saved both`` measures the plugin without and with
+the callee-saved register rules (sframe_core.saved), in the same run.
 """
 
 from __future__ import annotations
@@ -47,16 +49,18 @@ def _sframe_bench_step(n):
 end"""
 
 
-def _session(gdb: str, program: Path, plugin: bool) -> Gdb:
+def _session(gdb: str, program: Path, plugin: bool, saved: bool = True) -> Gdb:
     g = Gdb(gdb, plugin=plugin, args=[str(program)], timeout=600)
+    if plugin and not saved:
+        g.cmd("python import sframe_core.section as s; s.SAVED_REGISTERS = False")
     g.cmd(_TIMER)
     return g
 
 
-def bench_bt(gdb: str, depth: int, repeat: int) -> dict[str, tuple[float, int]]:
+def bench_bt(gdb: str, depth: int, repeat: int, saved: bool = True) -> dict[str, tuple[float, int]]:
     result = {}
     for label, name, plugin in (("native", "deep", False), ("sframe", "deep.noeh", True)):
-        with _session(gdb, fixture("x86_64", PRODUCER, name), plugin) as g:
+        with _session(gdb, fixture("x86_64", PRODUCER, name), plugin, saved) as g:
             g.cmd("break stop_here")
             g.cmd(f"run recurse {depth}", timeout=600)
             out = g.cmd(f"python _sframe_bench_bt({repeat})", timeout=600)
@@ -67,10 +71,10 @@ def bench_bt(gdb: str, depth: int, repeat: int) -> dict[str, tuple[float, int]]:
     return result
 
 
-def bench_step(gdb: str, steps: int) -> dict[str, float]:
+def bench_step(gdb: str, steps: int, saved: bool = True) -> dict[str, float]:
     result = {}
     for label, name, plugin in (("native", "deep", False), ("sframe", "deep.noeh", True)):
-        with _session(gdb, fixture("x86_64", PRODUCER, name), plugin) as g:
+        with _session(gdb, fixture("x86_64", PRODUCER, name), plugin, saved) as g:
             g.cmd("break *f2")
             g.cmd("run")
             out = g.cmd(f"python _sframe_bench_step({steps})", timeout=600)
@@ -87,18 +91,27 @@ def main() -> int:
     parser.add_argument("--depth", type=int, default=10000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--saved", choices=("on", "off", "both"), default="on",
+                        help="callee-saved register rules in the plugin (default on)")
+    parser.add_argument("--no-step", action="store_true", help="only the bt measurement")
     args = parser.parse_args()
     gdbs = args.gdb or [p for p in GDBS.values() if gdb_version(p)]
+    modes = {"on": (True,), "off": (False,), "both": (False, True)}[args.saved]
     for gdb in gdbs:
         version = gdb_version(gdb)
         name = f"gdb {version[0]}.{version[1]}" if version else gdb
-        bt = bench_bt(gdb, args.depth, args.repeat)
-        (tn, fn), (ts, fs) = bt["native"], bt["sframe"]
-        print(f"{name}: bt of recurse {args.depth}: native {tn:.3f} s ({fn} frames), "
-              f"sframe {ts:.3f} s ({fs} frames), ratio {ts / tn:.2f}x")
-        st = bench_step(gdb, args.steps)
-        print(f"{name}: stepi+bt per instruction: native {st['native'] * 1e3:.2f} ms, "
-              f"sframe {st['sframe'] * 1e3:.2f} ms, ratio {st['sframe'] / st['native']:.2f}x")
+        for saved in modes:
+            tag = f"{name} (saved registers {'on' if saved else 'off'})"
+            bt = bench_bt(gdb, args.depth, args.repeat, saved)
+            (tn, fn), (ts, fs) = bt["native"], bt["sframe"]
+            print(f"{tag}: bt of recurse {args.depth}: native {tn:.3f} s ({fn} frames), "
+                  f"sframe {ts:.3f} s ({fs} frames), ratio {ts / tn:.2f}x", flush=True)
+            if args.no_step:
+                continue
+            st = bench_step(gdb, args.steps, saved)
+            print(f"{tag}: stepi+bt per instruction: native {st['native'] * 1e3:.2f} ms, "
+                  f"sframe {st['sframe'] * 1e3:.2f} ms, ratio {st['sframe'] / st['native']:.2f}x",
+                  flush=True)
     return 0
 
 

@@ -35,6 +35,8 @@ from sframe_core.abi import AARCH64_LE, AMD64, Arch
 from sframe_core.errors import SFrameError
 from sframe_core.memory import PageCache
 from sframe_core.norow import entry_stop, is_sigreturn
+from sframe_core.rows import RuleKind
+from sframe_core.section import SFrameSection
 from sframe_core.unwind import DEFAULT_PAC_MASK, NORMAL_ENDS, Stop, caller_registers
 
 from .objfiles import (
@@ -45,6 +47,9 @@ from .objfiles import (
     segment_candidates,
     segment_entries,
 )
+
+_SAME = RuleKind.SAME_VALUE
+_VALUE_CACHE = 4096
 
 __all__ = ["MODES", "Registers", "SFrameUnwinder", "warn"]
 
@@ -108,6 +113,15 @@ class Registers:
         except Exception:  # noqa: BLE001
             descriptors = {}
         self.has_pauth = "pauth_cmask" in descriptors
+        # Registers GDB keeps per frame (its "save" group): a Python unwinder
+        # may only hand those. Pseudo registers (aarch64 d8-d15, views of
+        # v8-v15) handed as saved corrupt the frame's other registers.
+        try:
+            saved = {r.name for r in gdb_arch.registers("save")}
+        except Exception:  # noqa: BLE001 - no such group: the general registers only
+            saved = set()
+        self.raw = frozenset(n for n, name in arch.reg_names
+                             if name in saved or (not saved and n < 32))
         handles: dict[int, object] = {n: descriptors.get(name, name) for n, name in arch.reg_names}
         handles[arch.sp] = descriptors.get(arch.reg_name(arch.sp), "sp")
         self.handles = handles
@@ -138,6 +152,59 @@ class Registers:
         return found
 
 
+def _below_inline_only(pc: int, level: int) -> bool:
+    """Can the real frame at ``pc`` and ``level`` be the innermost one, under
+    inline frames only?
+
+    GDB numbers inline frames too: stopped at a PC inside an inlined call,
+    frame 0 is the inline frame and the function's real frame is level 1 or
+    more, with the same PC and the live registers. Its PC is the next
+    instruction to run (look rows up at it), not a return address (at
+    ``pc - 1``). Asked only for the first frame of a walk above level 0; true
+    when the debug info has at least ``level`` inlined calls around ``pc``.
+    (Frame objects cannot be read from inside an unwinder: GDB 13 aborts.)
+    """
+    try:
+        block = gdb.block_for_pc(pc)
+    except RuntimeError:
+        return False
+    depth = -1  # the real function's own block is not an inline frame
+    while block is not None:
+        if block.function is not None:
+            depth += 1
+        block = block.superblock
+    return 0 < level <= depth
+
+
+def _after_call(section: SFrameSection, pc: int) -> bool:
+    """Could ``pc`` be a return address: does a call instruction end there?
+
+    Checked on the file's bytes (any of the call encodings compilers emit);
+    unknown counts as yes. A frame at such a PC is treated as a caller
+    (rows at ``pc - 1``), as before inline frames were told apart.
+    """
+    if section.code is None:
+        return True
+    try:
+        code = section.code(pc - 8, 8)
+    except OSError:
+        return True
+    if code is None:
+        return True
+    if section.arch.name == "amd64":
+        return (code[3] == 0xE8 or (code[6] == 0xFF and code[7] & 0x38 == 0x10)
+                or (code[5] == 0xFF and code[6] & 0x38 == 0x10)
+                or (code[2] == 0xFF and code[3] & 0x38 == 0x10)
+                or (code[1] == 0xFF and code[2] & 0x38 == 0x10)
+                or (code[0] == 0xFF and code[1] & 0x38 == 0x10)
+                or (code[4] == 0xFF and code[5] & 0x38 == 0x10))
+    if section.arch.name.startswith("aarch64"):
+        word = int.from_bytes(code[4:], "big" if section.arch.big_endian else "little")
+        return (word & 0xFC000000 == 0x94000000 or word & 0xFFFFFC1F == 0xD63F0000
+                or word & 0xFEFFF800 == 0xD63F0800)
+    return True
+
+
 class _Walk:
     """What one backtrace reuses from frame to frame.
 
@@ -147,13 +214,26 @@ class _Walk:
     at level 0 and its page cache cannot go stale under it.
     """
 
-    __slots__ = ("table", "memory", "after_sigtramp")
+    __slots__ = ("table", "memory", "after_sigtramp", "first_level", "handed", "handed_level",
+                 "handed_sp", "values")
 
-    def __init__(self, table: ObjfileTable | None) -> None:
+    def __init__(self, table: ObjfileTable | None, first_level: int = 0) -> None:
         self.table = table
         self.memory = PageCache(_memory_reader(gdb.selected_inferior()))
         # Levels whose inner frame is a signal trampoline.
         self.after_sigtramp: set[int] = set()
+        # The level of the first frame this walk was asked for: above 0 when
+        # GDB made frame 0 itself (an inline frame, or another unwinder's).
+        self.first_level = first_level
+        # The values last handed to GDB (DWARF number -> gdb.Value): the
+        # registers of the frame above ``handed_level``, which the next step
+        # passes on where a register is unchanged, without asking GDB (when
+        # its frame has that level and that SP: the same thread's stack).
+        self.handed: dict[int, object] = {}
+        self.handed_level = -2
+        self.handed_sp: int | None = None  # and the SP handed with them
+        # gdb.Value by integer: a deep recursion hands the same values again and again.
+        self.values: dict[int, object] = {}
 
 
 class SFrameUnwinder(gdb.unwinder.Unwinder):
@@ -284,7 +364,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         level = pending_frame.level()
         walk = self._walk
         if level == 0 or walk is None:
-            walk = self._walk = _Walk(self.table())
+            walk = self._walk = _Walk(self.table(), level)
         pc = pending_frame.pc() if _HAS_PC else int(pending_frame.read_register(
             self._pc_handles.get(pending_frame.architecture(), "pc")))
         table = walk.table
@@ -293,11 +373,13 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             self._note_sigtramp(pending_frame, walk, pc, level)
             return None
         self._last_entry = entry
-        interrupted = level == 0 or level in walk.after_sigtramp
+        section = entry.section or entry.sframe(self)
+        interrupted = level == 0 or level in walk.after_sigtramp or (
+            level == walk.first_level and _below_inline_only(pc, level)
+            and section is not None and not _after_call(section, pc))
         lookup_pc = pc if interrupted else pc - 1
         if self.mode == "auto" and entry.covered_by_cfi(self, lookup_pc):
             return None
-        section = entry.section or entry.sframe(self)
         if section is None:
             return None
         try:
@@ -345,11 +427,51 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         value = regs_info.value
         info.add_saved_register(regs_info.pc, value(caller_pc))
         handle = regs_info.handle
+        handed: dict[int, object] = {}
+        raw = regs_info.raw
+        values = walk.values
         for regno, val in caller_regs.items():
+            if regno not in raw:
+                continue
             try:
-                info.add_saved_register(handle(regno), value(val))
-            except ValueError:
-                pass  # a register this GDB architecture does not have
+                v = values.get(val)
+                if v is None:
+                    if len(values) >= _VALUE_CACHE:
+                        values.clear()
+                    v = values[val] = value(val)
+                info.add_saved_register(handle(regno), v)
+                handed[regno] = v
+            except (ValueError, gdb.error):
+                pass  # a register this GDB architecture does not have (or only as a pseudo)
+        if row.regs:
+            # Callee-saved registers the code analysis proves unchanged here
+            # (sframe_core.saved): the caller's value is this frame's. When
+            # the frame below was ours, that is what the last step handed to
+            # GDB (absent: unknown here too); else GDB's own value, passed on
+            # as it is (unavailable stays unavailable).
+            inner = walk.handed if (walk.handed_level == level - 1 and walk.handed_sp is not None
+                                    and regs.get(arch.sp) == walk.handed_sp) else None
+            for regno, rule in row.regs:
+                if rule.kind is not _SAME or regno in caller_regs or regno not in raw:
+                    continue
+                try:
+                    if inner is not None:
+                        v = inner.get(regno)
+                    else:
+                        # GDB's value may be lazy and "not saved": fetch it
+                        # here, so that it is skipped, not an error later.
+                        v = read_register(handle(regno))
+                        v.fetch_lazy()
+                        if v.is_optimized_out:
+                            v = None
+                    if v is not None:
+                        info.add_saved_register(handle(regno), v)
+                        handed[regno] = v
+                except (ValueError, gdb.error):
+                    pass
+        walk.handed = handed
+        walk.handed_level = level
+        walk.handed_sp = caller_regs.get(arch.sp)
         if caller_interrupted:
             walk.after_sigtramp.add(level + 1)
         return info

@@ -63,7 +63,10 @@ _AMD64_REGS = (
     (6, "rbp"), (7, "rsp"), (8, "r8"), (9, "r9"), (10, "r10"), (11, "r11"),
     (12, "r12"), (13, "r13"), (14, "r14"), (15, "r15"), (16, "rip"),
 )
-_AARCH64_REGS = tuple((i, f"x{i}") for i in range(31)) + ((31, "sp"),)
+# d8-d15: the callee-saved low halves of v8-v15 (DWARF 72-79), named as
+# .eh_frame readers and gdb name them.
+_AARCH64_REGS = tuple((i, f"x{i}") for i in range(31)) + ((31, "sp"),) + tuple(
+    (64 + i, f"d{i}") for i in range(8, 16))
 _S390X_REGS = tuple((i, f"r{i}") for i in range(16)) + tuple(
     (16 + i, f"f{n}") for i, n in enumerate((0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15))
 )

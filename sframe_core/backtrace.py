@@ -73,6 +73,10 @@ class FrameLine:
     offset: int | None
     module: str | None
     source: str | None
+    # The frame's registers the walk knows (name, value), in DWARF order:
+    # for callers, what the rows recover (SP, FP, RA register, callee-saved
+    # registers); a register not listed is unknown in that frame.
+    registers: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +99,8 @@ def _explain(stop: Stop, last: Frame, modules: ModuleTable) -> Stop:
     return Stop(StopReason.NO_INFO, f"pc {last.pc:#x} in {module.name}")
 
 
-def _line(index: int, frame: Frame, modules: ModuleTable, symbols: Symbolizer) -> FrameLine:
+def _line(index: int, frame: Frame, modules: ModuleTable, symbols: Symbolizer,
+          arch: Arch) -> FrameLine:
     module: Module | None = modules.module_for(frame.lookup_pc)
     function = offset = None
     if module is not None:
@@ -104,8 +109,10 @@ def _line(index: int, frame: Frame, modules: ModuleTable, symbols: Symbolizer) -
         hit = symbols.lookup(module.path, module.bias, frame.lookup_pc)
         if hit is not None:
             function, offset = hit[0], hit[1] + (frame.pc - frame.lookup_pc)
+    registers = tuple((arch.reg_name(n), v) for n, v in sorted(frame.regs.items()))
     return FrameLine(index, frame.pc, frame.cfa, function, offset,
-                     module.name if module else None, frame.row.source if frame.row else None)
+                     module.name if module else None, frame.row.source if frame.row else None,
+                     registers)
 
 
 def trace_thread(thread: _Thread, modules: ModuleTable, memory: Memory, arch: Arch,
@@ -122,7 +129,7 @@ def trace_thread(thread: _Thread, modules: ModuleTable, memory: Memory, arch: Ar
             stop = item
         else:
             last = item
-            lines.append(_line(len(lines), item, modules, symbols))
+            lines.append(_line(len(lines), item, modules, symbols, arch))
     if last is not None:
         stop = _explain(stop, last, modules)
     return ThreadTrace(thread.lwp, tuple(lines), stop)
@@ -223,15 +230,24 @@ def text_lines(traces: Iterable[ThreadTrace]) -> Iterator[str]:
                                 trace.stop, GDB_STYLE)
 
 
-def to_json(traces: Iterable[ThreadTrace], warnings: Sequence[str] = ()) -> dict[str, Any]:
+def _frame_json(f: FrameLine, registers: bool) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "index": f.index, "pc": f.pc, "cfa": f.cfa, "function": f.function,
+        "offset": f.offset, "module": f.module, "source": f.source,
+    }
+    if registers:
+        data["registers"] = dict(f.registers)
+    return data
+
+
+def to_json(traces: Iterable[ThreadTrace], warnings: Sequence[str] = (), *,
+            registers: bool = False) -> dict[str, Any]:
+    """``registers``: each frame's known registers by name (absent: unknown there)."""
     return {
         "threads": [{
             "number": number,
             "lwp": trace.lwp,
-            "frames": [{
-                "index": f.index, "pc": f.pc, "cfa": f.cfa, "function": f.function,
-                "offset": f.offset, "module": f.module, "source": f.source,
-            } for f in trace.frames],
+            "frames": [_frame_json(f, registers) for f in trace.frames],
             "stop": {"reason": trace.stop.reason.name.lower(),
                      "message": describe_stop(trace.stop), "detail": trace.stop.detail},
         } for number, trace in enumerate(traces, 1)],
@@ -268,15 +284,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-frames", type=int, default=MAX_FRAMES, metavar="N",
                         help=f"stop after N frames per thread (default {MAX_FRAMES})")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--registers", action="store_true",
+                        help="also print each frame's registers where they are known (callers: "
+                             "what the unwind rules and the code analysis recover)")
 
 
-def _emit(traces: list[ThreadTrace], warnings: list[str], as_json: bool, out: TextIO) -> None:
+def _register_line(frame: FrameLine) -> str:
+    return "    " + " ".join(f"{name}=0x{value:x}" for name, value in frame.registers)
+
+
+def _emit(traces: list[ThreadTrace], warnings: list[str], as_json: bool, out: TextIO,
+          registers: bool = False) -> None:
     if as_json:
-        json.dump(to_json(traces, warnings), out, indent=1)
+        json.dump(to_json(traces, warnings, registers=registers), out, indent=1)
         out.write("\n")
         return
+    frames = iter([f for trace in traces for f in trace.frames])
     for line in text_lines(traces):
         out.write(line + "\n")
+        if registers and line.startswith("#"):
+            frame = next(frames, None)
+            if frame is not None and frame.registers:
+                out.write(_register_line(frame) + "\n")
     out.flush()
     for text in warnings:
         sys.stderr.write(f"sframe: warning: {text}\n")
@@ -299,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
                                   max_frames=args.max_frames, warnings=warnings)
     else:
         traces = _trace_pid(args, warnings)
-    _emit(traces, warnings, args.json, sys.stdout)
+    _emit(traces, warnings, args.json, sys.stdout, args.registers)
     return 0
 
 

@@ -8,7 +8,8 @@ code the same way:
    (a checkout, or the site-packages pip installed into), goes *first* on
    ``sys.path``: an adapter always runs with the core of its own copy, never
    with another version that happens to be installed.
-2. When pyelftools (or ``sframe_core`` itself) does not import, candidate
+2. When pyelftools (or ``sframe_core`` itself, or the optional capstone)
+   does not import, candidate
    site-packages directories are *appended* with ``site.addsitedir`` (which
    also reads ``.pth`` files, so editable installs work), best first, until
    it does: ``$VIRTUAL_ENV``, the checkout's ``.venv`` (beside ``root`` or one
@@ -31,6 +32,11 @@ __all__ = ["ensure", "missing", "python_version"]
 
 # Import names, and what to tell a user to install.
 _NEEDED = (("sframe_core", "the sframe_core package"), ("elftools", "pyelftools"))
+# Looked for the same way, but the adapters work without it: capstone
+# decodes functions for the callee-saved register rules (sframe_core/saved.py);
+# without it those registers are unknown in caller frames, as without the
+# analysis.
+_OPTIONAL = ("capstone",)
 
 
 def python_version() -> str:
@@ -88,10 +94,14 @@ def ensure(root: str) -> list[str]:
     ``root``; idempotent. Returns ``missing()``."""
     if os.path.isdir(os.path.join(root, "sframe_core")) and root not in sys.path:
         sys.path.insert(0, root)
-    if not missing():
+    if not missing() and _optional_found():
         return []
     for path in _candidates(root):
         site.addsitedir(path)
-        if not missing():
+        if not missing() and _optional_found():
             return []
     return missing()
+
+
+def _optional_found() -> bool:
+    return all(_importable(name) for name in _OPTIONAL)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .abi import Arch
 from .dump import fre_columns
+from .effects import CALLEE_SAVED
 from .rows import CFARule, Row, Rule, RuleKind
 from .section import Lookup, SFrameSection
 
@@ -48,6 +49,34 @@ def describe_rule(name: str, rule: Rule, arch: Arch, *, is_ra: bool = False) -> 
     return f"{name} at {_plus(reg, rule.offset)}"  # AT_REG
 
 
+def _names(names: list[str]) -> str:
+    """``x19-x28`` for runs of numbered registers, else comma-separated."""
+    out: list[str] = []
+    run: list[str] = []
+
+    def number(name: str) -> tuple[str, int] | None:
+        head = name.rstrip("0123456789")
+        return (head, int(name[len(head):])) if head != name and head else None
+
+    def flush() -> None:
+        if len(run) > 2:
+            out.append(f"{run[0]}-{run[-1]}")
+        else:
+            out.extend(run)
+        run.clear()
+
+    for name in names:
+        prev = number(run[-1]) if run else None
+        cur = number(name)
+        if prev is not None and cur is not None and prev[0] == cur[0] and cur[1] == prev[1] + 1:
+            run.append(name)
+        else:
+            flush()
+            run.append(name)
+    flush()
+    return ", ".join(out)
+
+
 def describe_row(row: Row, arch: Arch, *, pauth_key: int | None = None) -> str:
     """One line, e.g. ``CFA = rbp + 16; RA at CFA - 8; FP at CFA - 16``.
 
@@ -63,8 +92,23 @@ def describe_row(row: Row, arch: Arch, *, pauth_key: int | None = None) -> str:
         ra += f" (PAC-signed{key})"
     parts.append(ra)
     parts.append(describe_rule("FP", row.fp, arch))
+    named = set()
+    unchanged: list[str] = []  # still the caller's value here
     for regno, rule in row.regs:
-        parts.append(describe_rule(arch.reg_name(regno), rule, arch))
+        named.add(regno)
+        name = arch.reg_name(regno)
+        if rule.kind is RuleKind.SAME_VALUE:
+            unchanged.append(name)
+        else:
+            parts.append(describe_rule(name, rule, arch))
+    if unchanged:
+        parts.append(f"{_names(unchanged)} unchanged")
+    if row.source == "sframe":
+        # The callee-saved registers the code analysis tracks (saved.py) and
+        # could not place here.
+        unknown = [arch.reg_name(r) for r in CALLEE_SAVED.get(arch.name, ()) if r not in named]
+        if unknown:
+            parts.append(f"{_names(unknown)} unknown")
     if arch.sp_val_offset:
         parts.append(f"caller SP = {_plus('CFA', arch.sp_val_offset)}")
     if row.signal:
@@ -89,7 +133,14 @@ def lookup_text(section: SFrameSection, hit: Lookup, *, pc: int) -> list[str]:
     columns = fre_columns(section.header, fde, fre, rules, section.arch)
     shown = "RA undefined" if columns is None else \
         f"{columns[0]} {columns[1]} {columns[2].rstrip()}"
-    k = next(i for i, f in enumerate(section.get_fres(fde)) if f.offset == fre.offset)
+    fres = section.get_fres(fde)
+    k = next(i for i, f in enumerate(fres) if f.offset == fre.offset)
+    # The FRE's own range (the row's can be narrower: saved-register rules
+    # change inside an FRE).
+    fre_start, fre_end = row.start, row.end
+    if not fde.is_pcmask:
+        fre_start = fde.start + fre.start
+        fre_end = fde.start + fres[k + 1].start if k + 1 < len(fres) else fde.end
     words = ", ".join(str(w) for w in fre.words)
     notes = []
     if row.cfa != rules.cfa:
@@ -99,7 +150,7 @@ def lookup_text(section: SFrameSection, hit: Lookup, *, pc: int) -> list[str]:
         f"pc 0x{pc:x}",
         f"FDE [{fde.index}]: 0x{fde.start:x}-0x{fde.end:x} ({fde.size} bytes), "
         + ", ".join(attrs),
-        f"FRE [{k}]: 0x{row.start:x}-0x{row.end:x}, info 0x{fre.info:02x}, words [{words}]"
+        f"FRE [{k}]: 0x{fre_start:x}-0x{fre_end:x}, info 0x{fre.info:02x}, words [{words}]"
         f" ({shown})",
         describe_row(row, section.arch, pauth_key=fde.pauth_key if fre.mangled_ra else None),
         *notes,

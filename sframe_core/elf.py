@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from .errors import FileError, FormatError, reading_elf
 from .files import MAX_SECTION_SIZE, open_elf
 from .format import HEADER_SIZE, parse_header
-from .section import SFrameSection
+from .section import CodeReader, SFrameSection
 
 __all__ = ["PT_GNU_SFRAME", "SHT_GNU_SFRAME", "ElfSFrame", "LoadSegment", "read_elf", "open_sframe"]
 
@@ -85,9 +85,31 @@ class ElfSFrame:
         base = self.sframe_address if address is None else address
         try:
             return SFrameSection(self.data, base, pcrel=True if self.relocated else None,
-                                 name=self.path)
+                                 name=self.path, code=self.code_reader(base - self.sframe_address))
         except FormatError as exc:
             raise FormatError(f"{self.path}: .sframe: {exc}") from None
+
+
+    def code_reader(self, bias: int) -> CodeReader | None:
+        """Reads this file's PT_LOAD contents (code, jump tables) at runtime
+        addresses (file address + ``bias``); None for ``.o`` files (every
+        section at 0) and files without segments."""
+        if self.is_relocatable or not self.segments:
+            return None
+        path = self.path
+        segments = self.segments
+
+        def read(address: int, size: int) -> bytes | None:
+            vaddr = address - bias
+            for seg in segments:
+                if seg.vaddr <= vaddr and vaddr + size <= seg.vaddr + seg.filesz:
+                    with open(path, "rb") as stream:
+                        stream.seek(seg.offset + vaddr - seg.vaddr)
+                        data = stream.read(size)
+                    return data if len(data) == size else None
+            return None
+
+        return read
 
 
 def _apply_relocations(elf: Any, section: Any, data: bytearray) -> bool:

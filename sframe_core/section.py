@@ -12,8 +12,8 @@ import struct
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from .abi import Arch, arch_for_abi
 from .errata import correct_cfa
@@ -28,9 +28,23 @@ from .format import (
     fre_finder,
     parse_header,
 )
-from .rows import FRERules, Row, fre_rules
+from .rows import CFARule, FRERules, Row, Rule, fre_rules
 
-__all__ = ["SFrameSection", "Lookup"]
+if TYPE_CHECKING:
+    from .saved import Analysis
+
+__all__ = ["SFrameSection", "Lookup", "CodeReader", "SAVED_REGISTERS"]
+
+# Reads ``size`` bytes at an address of the section's address space from the
+# file (never from target memory): code, and jump tables; None where the file
+# has none.
+CodeReader = Callable[[int, int], "bytes | None"]
+# The switch for the callee-saved register analysis (saved.py): rows carry
+# rules for rbx/r12-r15, x19-x28/d8-d15 where the function's code proves them.
+# Sections opened with ``saved_registers=None`` follow it.
+SAVED_REGISTERS = True
+# Functions whose analysis is kept (a few KiB each at most).
+SAVED_CACHE_SIZE = 1024
 
 # A sorted section is searched in place (O(log n) reads of start fields)
 # until it has answered this many lookups; then the starts are read into a
@@ -66,7 +80,8 @@ class SFrameSection:
     """
 
     def __init__(self, data: bytes | memoryview, address: int = 0, *,
-                 pcrel: bool | None = None, name: str = "<sframe>") -> None:
+                 pcrel: bool | None = None, name: str = "<sframe>",
+                 code: CodeReader | None = None, saved_registers: bool | None = None) -> None:
         self.header: Header = parse_header(data)
         # Bytes index faster than a memoryview; only a longer buffer is viewed.
         self.data: bytes | memoryview = data if isinstance(data, bytes) and \
@@ -87,6 +102,10 @@ class SFrameSection:
         self._rules: dict[tuple[bool, int, tuple[int, ...], int], FRERules] = {}
         self._rows: dict[int, Row | None] = {}
         self._fres: OrderedDict[int, tuple[FRE, ...]] = OrderedDict()
+        # Where the functions' code comes from, for the saved-register analysis.
+        self.code = code
+        self.saved_registers = saved_registers
+        self._saved: OrderedDict[int, Analysis] = OrderedDict()
 
     # -- FDEs ------------------------------------------------------------
 
@@ -271,9 +290,50 @@ class SFrameSection:
         else:
             start = fde.start + fre.start
             end = fde.start + (following if following is not None else fde.size)
-        row = Row(start, end, fde.start, correct_cfa(self.arch, fde, rules.cfa), rules.ra, rules.fp, (),
-                  fre.mangled_ra, rules.outermost, self.header.version == 3 and fde.signal, "sframe")
+        regs: tuple[tuple[int, Rule], ...] = ()
+        if self.code is not None and not fde.is_pcmask and (
+                SAVED_REGISTERS if self.saved_registers is None else self.saved_registers):
+            regs, lo, hi = self.saved_analysis(fde).regs_at(pc)
+            start, end = max(start, lo), min(end, hi)
+        row = Row(start, end, fde.start, correct_cfa(self.arch, fde, rules.cfa), rules.ra, rules.fp,
+                  regs, fre.mangled_ra, rules.outermost, self.header.version == 3 and fde.signal,
+                  "sframe")
         return Lookup(fde, fre, rules, row)
+
+    def saved_analysis(self, fde: FDE) -> Analysis:
+        """Where the function of ``fde`` keeps the callee-saved registers (saved.py),
+        analysed once from its code and kept."""
+        from .saved import Analysis, analyse
+
+        found = self._saved.get(fde.index)
+        if found is not None:
+            self._saved.move_to_end(fde.index)
+            return found
+        code = None
+        if self.code is not None and fde.size > 0:
+            try:
+                code = self.code(fde.start, fde.size)
+            except OSError:
+                code = None
+        if code is None or len(code) != fde.size or fde.is_pcmask:
+            result = Analysis((), "no code for the function")
+        else:
+            fres = self.get_fres(fde)
+            cfas: list[tuple[int, CFARule | None]] = []
+            for fre in fres:
+                rules = fre_rules(self.header, fde, fre, self.arch)
+                cfas.append((fde.start + fre.start, correct_cfa(self.arch, fde, rules.cfa)))
+            starts = [s for s, _ in cfas]
+
+            def cfa_at(pc: int) -> CFARule | None:
+                k = bisect_right(starts, pc) - 1
+                return cfas[k][1] if k >= 0 else None
+
+            result = analyse(self.arch, code, fde.start, cfa_at, self.code)
+        self._saved[fde.index] = result
+        if len(self._saved) > SAVED_CACHE_SIZE:
+            self._saved.popitem(last=False)
+        return result
 
     def row_at(self, pc: int) -> Row | None:
         """The row at ``pc``; rows are kept by PC, as a recursion asks again and again."""

@@ -157,6 +157,21 @@ def _apply(rule: Rule, regno: int, cfa: int, regs: Mapping[int, int], memory: Me
     return _load(memory, address, big)
 
 
+def _saved(rule: Rule, regno: int, cfa: int, regs: Mapping[int, int], memory: Memory,
+           big: bool) -> int | None:
+    """A saved register's value in the caller, None where it cannot be had.
+
+    Only the CFA and the RA are essential to a step: a register whose slot
+    cannot be read (an epilogue that already popped the FP a rule still
+    reads through) or whose base register is unknown is unknown in the
+    caller, and the walk goes on.
+    """
+    try:
+        return _apply(rule, regno, cfa, regs, memory, big)
+    except (_Unreadable, _Unknown):
+        return None
+
+
 def step(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,
          pac_mask: int = DEFAULT_PAC_MASK) -> Step | Stop:
     """Compute the caller of ``frame``, or say why there is none."""
@@ -248,17 +263,19 @@ def caller_registers(row: Row, pc: int, regs: Mapping[int, int], interrupted: bo
             ra = applied
         caller_regs: dict[int, int] = {}
         for regno, rule in row.regs:
-            value = _apply(rule, regno, cfa, regs, memory, big)
+            value = _saved(rule, regno, cfa, regs, memory, big)
             if value is not None:
                 caller_regs[regno] = value
         fp_rule = row.fp
         fp_reg = arch.fp
         if fp_rule.kind is _SAME:
             fp = regs.get(fp_reg)
-        elif fp_rule.kind is _AT_CFA:
-            fp = _load(memory, (cfa + fp_rule.offset) & _MASK, big)
         else:
-            fp = _apply(fp_rule, fp_reg, cfa, regs, memory, big)
+            try:
+                fp = (_load(memory, (cfa + fp_rule.offset) & _MASK, big) if fp_rule.kind is _AT_CFA
+                      else _apply(fp_rule, fp_reg, cfa, regs, memory, big))
+            except (_Unreadable, _Unknown):
+                fp = None  # unknown in the caller; the walk goes on (see _saved)
     except _Unreadable as exc:
         return Stop(StopReason.MEMORY, f"at {exc.address:#x}")
     except _Unknown as exc:

@@ -19,10 +19,13 @@ pytestmark = pytest.mark.slow
 BENCHES = {
     "bench_lookup": (["--fdes", "300", "--lookups", "300"], "ratio:"),
     "bench_unwind": (["--depth", "50", "--repeat", "1"], "eh_frame / sframe (warm, same core)"),
-    "bench_gdb": (["--depth", "50", "--repeat", "1", "--steps", "3"], "stepi+bt per instruction"),
+    "bench_gdb": (["--depth", "50", "--repeat", "1", "--steps", "3", "--saved", "both"],
+                  "(saved registers on): stepi+bt per instruction"),
     "bench_lldb": (["--depth", "50"], "ratio provider/native"),
     "bench_pid": (["--attaches", "3", "--interval", "0.01"], "signals:"),
     "bench_symbols": (["--symbols", "2000"], "command:"),
+    "bench_saved": ([str(ROOT / "tests" / "fixtures" / "realprogs" / "bzip2" / "busid-v3-Os" / "bzip2")],
+                    "us per code byte"),
 }
 
 

@@ -88,11 +88,36 @@ def test_amd64_fp_based_cfa_with_saved_fp() -> None:
     assert dict(s.caller.regs) == {RSP: 0x7010, RBP: 0x7100}
 
 
-def test_amd64_fp_saved_but_unreadable_is_memory_stop() -> None:
+def test_amd64_fp_saved_but_unreadable_is_unknown_in_the_caller() -> None:
+    """Only the CFA and the RA are essential: a saved register whose slot
+    cannot be read is unknown in the caller, and the walk goes on (issue 12)."""
     frame = Frame(0x1010, {RSP: 0x6F00, RBP: 0x7000}, interrupted=True)
-    result = step_with_row(frame, row(CFARule(RBP, 16), at(-8), at(-16)),
-                           Mem({0x7008: 0x402000}), AMD64)
-    assert stopped(result, StopReason.MEMORY).detail == "at 0x7000"
+    s = ok(step_with_row(frame, row(CFARule(RBP, 16), at(-8), at(-16)),
+                         Mem({0x7008: 0x402000}), AMD64))
+    assert s.caller.pc == 0x402000 and dict(s.caller.regs) == {RSP: 0x7010}
+
+
+def test_amd64_fp_through_a_register_that_holds_garbage() -> None:
+    """The DRAP epilogue after `pop %rbp`: the row reads the FP at *(rbp - 8)
+    and rbp already holds the caller's value (here 1): FP unknown, walk on."""
+    frame = Frame(0x1010, {RSP: 0x6FF8, RBP: 1, 10: 0x7000}, interrupted=True)
+    fp = Rule(RuleKind.AT_REG, -8, RBP)
+    s = ok(step_with_row(frame, row(CFARule(10, 0), at(-8), fp), Mem({0x6FF8: 0x402000}),
+                         AMD64))
+    assert s.caller.pc == 0x402000 and RBP not in s.caller.regs
+
+
+def test_amd64_callee_saved_slots_read_or_unknown() -> None:
+    frame = Frame(0x1010, {RSP: 0x6FE8, RBX: 5}, interrupted=True)
+    regs = ((RBX, at(-24)), (12, at(-16)), (13, SAME), (14, SAME))
+    r = row(CFARule(RSP, 24), at(-8))._replace(regs=regs)
+    s = ok(step_with_row(frame, r, Mem({0x6FF8: 0x402000, 0x6FE8: 0x77}), AMD64))
+    # rbx from its slot; r12's slot unreadable: unknown; r13 unchanged but
+    # unknown in this frame: unknown; r14 unknown likewise.
+    assert dict(s.caller.regs) == {RBX: 0x77, RSP: 0x7000}
+    frame = Frame(0x1010, {RSP: 0x6FE8, 13: 9}, interrupted=True)
+    s = ok(step_with_row(frame, r, Mem({0x6FF8: 0x402000, 0x6FE8: 0x77, 0x6FF0: 0x12}), AMD64))
+    assert dict(s.caller.regs) == {RBX: 0x77, 12: 0x12, 13: 9, RSP: 0x7000}
 
 
 def test_amd64_fp_unknown_stays_unknown() -> None:

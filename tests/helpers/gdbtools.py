@@ -16,6 +16,7 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import pexpect
 
@@ -168,3 +169,27 @@ class Gdb:
 
 def fixture(*parts: str) -> Path:
     return FIXTURES.joinpath(*parts)
+
+
+VALUES_SCRIPT = Path(__file__).resolve().parent / "gdb_values.py"
+
+
+class FrameValues(NamedTuple):
+    level: int
+    pc: int
+    name: str
+    items: dict[str, str]  # "REG rbx" / "VAR p" -> value text ("<unavailable>" when none)
+
+
+def parse_values(text: str) -> list[FrameValues]:
+    """What ``gdb_values.py`` printed, frame by frame."""
+    frames: list[FrameValues] = []
+    for line in text.splitlines():
+        kind, _, rest = line.strip().partition(" ")
+        if kind == "FRAME":
+            level, pc, name = (rest.split(" ", 2) + ["", ""])[:3]
+            frames.append(FrameValues(int(level), int(pc, 16), name, {}))
+        elif kind in ("REG", "VAR") and frames:
+            name, _, value = rest.partition(" ")
+            frames[-1].items.setdefault(f"{kind} {name}", value)
+    return frames

@@ -1,0 +1,54 @@
+"""Cost of the callee-saved register analysis (sframe_core.saved): cold time per function.
+
+For each file, every function with an SFrame FDE is analysed once from a
+freshly opened section (nothing cached), the way the first backtrace through
+it pays: decoding with capstone, the dataflow, the rules. Prints the median,
+95th percentile, largest and total, and the slowest function.
+
+Usage: python -m bench.bench_saved [FILE ...] (from the checkout; default:
+the real-program fixtures lua5.4 and bzip2, busid-v3 build).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from sframe_core.elf import read_elf
+
+REALPROGS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "realprogs"
+
+
+def measure(path: str) -> None:
+    section = read_elf(path).open()
+    if section is None:
+        print(f"{path}: no .sframe")
+        return
+    times: list[tuple[float, int, int]] = []
+    for fde in section.iter_fdes():
+        if fde.is_pcmask:
+            continue
+        section._saved.clear()
+        t0 = time.perf_counter()
+        section.saved_analysis(fde)
+        times.append((time.perf_counter() - t0, fde.size, fde.start))
+    values = sorted(t for t, _, _ in times)
+    worst = max(times)
+    p95 = values[int(0.95 * (len(values) - 1))]
+    print(f"{path}: {len(values)} functions, median {statistics.median(values) * 1e3:.2f} ms, "
+          f"p95 {p95 * 1e3:.2f} ms, max {worst[0] * 1e3:.1f} ms ({worst[1]} bytes at "
+          f"{worst[2]:#x}), total {sum(values):.2f} s; "
+          f"{sum(values) / sum(s for _, s, _ in times) * 1e6:.1f} us per code byte", flush=True)
+
+
+def main() -> int:
+    paths = sys.argv[1:] or [str(REALPROGS / name / "busid-v3" / name) for name in ("lua5.4", "bzip2")]
+    for path in paths:
+        measure(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

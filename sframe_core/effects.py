@@ -1,0 +1,726 @@
+"""What one machine instruction does to the frame: SP, FP, callee-saved registers, stack slots.
+
+The saved-register analysis (``saved.py``) runs over these records, never
+over raw instructions, so it holds no ISA knowledge. Instructions are decoded
+with capstone (its Python binding is pure ctypes with a bundled library, so
+it loads in gdb's and lldb's embedded Pythons too). Anything this module
+does not recognise is described by what capstone says it writes, and writes
+the analysis cannot place (memory through SP with an unknown offset, SP set
+from something it cannot follow) are reported as such: the analysis then
+forgets what they may have destroyed. An instruction capstone cannot decode
+ends the analysis of the function.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+from .abi import Arch
+
+__all__ = ["Flow", "Base", "Store", "Load", "Effect", "decoder_for", "capstone_available",
+           "CALLEE_SAVED", "amd64_jump_table"]
+
+
+class Flow(enum.Enum):
+    FALL = "fall"  # next instruction only
+    JUMP = "jump"  # direct jump to ``target``
+    COND = "cond"  # ``target`` or the next instruction
+    CALL = "call"  # a call that returns to the next instruction
+    RETURN = "return"  # leaves the function
+    INDIRECT = "indirect"  # jump through a register or memory: a tail call or a table
+    STOP = "stop"  # traps (ud2, brk, hlt): no successor
+
+
+class Base(enum.Enum):
+    SP = "sp"
+    FP = "fp"
+    OTHER = "other"  # a pointer the analysis does not follow
+    FRAME = "frame"  # SP or FP with an offset not known statically (an index register)
+
+
+class Store(NamedTuple):
+    """``size`` bytes written at ``base + disp`` (base as it is before the
+    instruction); ``reg`` is the tracked register stored whole, if any.
+    ``size`` None: an unknown extent from ``disp`` on."""
+
+    base: Base
+    disp: int
+    size: int | None
+    reg: int | None = None
+
+
+class Load(NamedTuple):
+    """Tracked register ``reg`` loaded whole (``size`` bytes) from ``base + disp``."""
+
+    reg: int
+    base: Base
+    disp: int
+    size: int
+
+
+class SPOp(NamedTuple):
+    """New value of SP or FP: ``from_`` ("sp", "fp", or "" for unknown) plus ``add``."""
+
+    from_: str
+    add: int = 0
+
+
+UNKNOWN_OP = SPOp("")
+
+
+class Effect(NamedTuple):
+    address: int
+    size: int
+    flow: Flow
+    target: int | None = None
+    stores: tuple[Store, ...] = ()
+    loads: tuple[Load, ...] = ()
+    clobbers: frozenset[int] = frozenset()  # tracked registers written other than by ``loads``
+    sp: SPOp | None = None  # None: SP unchanged
+    fp: SPOp | None = None  # None: FP unchanged
+    text: str = ""
+
+
+# Callee-saved registers other than the FP, by DWARF number.
+CALLEE_SAVED: dict[str, tuple[int, ...]] = {
+    "amd64": (3, 12, 13, 14, 15),  # rbx, r12-r15 (rbp is SFrame's FP)
+    "aarch64": tuple(range(19, 29)) + tuple(range(72, 80)),  # x19-x28, d8-d15 (v8-v15)
+    "s390x": tuple(range(6, 11)) + (12, 13) + tuple(range(24, 32)),  # r6-r13 but r11, f8-f15
+}
+
+
+def capstone_available() -> bool:
+    try:
+        import capstone  # noqa: F401
+    except Exception:  # noqa: BLE001 - a missing or broken binding only turns the analysis off
+        return False
+    return True
+
+
+_DECODERS: dict[str, _Decoder | None] = {}
+
+
+def decoder_for(arch: Arch) -> _Decoder | None:
+    """A decoder for the ABI, or None (no capstone, or an ABI without one);
+    one per ABI, made on first use."""
+    if arch.name in _DECODERS:
+        return _DECODERS[arch.name]
+    decoder: _Decoder | None = None
+    if capstone_available():
+        if arch.name == "amd64":
+            decoder = _AMD64()
+        elif arch.name == "aarch64":
+            decoder = _AArch64()
+    _DECODERS[arch.name] = decoder
+    return decoder
+
+
+class _Decoder:
+    """A capstone instance with details on, and register ids -> DWARF numbers."""
+
+    tracked: tuple[int, ...] = ()
+
+    def __init__(self, cs_arch: int, cs_mode: int, names: dict[str, int], consts: Any) -> None:
+        import capstone
+
+        self._cs = capstone.Cs(cs_arch, cs_mode)
+        self._cs.detail = True
+        self._c = consts
+        self._names = names
+        self._ids: dict[int, int | None] = {}
+
+    def _num(self, insn: Any, reg: int) -> int | None:
+        if reg == 0:
+            return None
+        try:
+            return self._ids[reg]
+        except KeyError:
+            number = self._ids[reg] = self._names.get(insn.reg_name(reg))
+            return number
+
+    def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
+        """Effects of the instructions from ``address`` on; None where decoding fails."""
+        raise NotImplementedError
+
+
+# -- amd64 ---------------------------------------------------------------------
+
+def _amd64_regs() -> dict[str, int]:
+    names: dict[str, int] = {}
+    for full, num, low in (("rbx", 3, ("ebx", "bx", "bl", "bh")), ("rbp", 6, ("ebp", "bp", "bpl")),
+                           ("rsp", 7, ("esp", "sp", "spl"))):
+        names[full] = num
+        for alias in low:
+            names[alias] = num
+    for number in range(12, 16):
+        for suffix in ("", "d", "w", "b"):
+            names[f"r{number}{suffix}"] = number
+    return names
+
+
+_X86_NAMES = _amd64_regs()
+_RSP, _RBP = 7, 6
+_X86_STOPS = {"ud2", "ud1", "ud0", "hlt", "int3"}
+# Stores whose extent the operand size does not give (string stores go
+# through rdi, a base the analysis never follows, so they need no entry).
+_X86_UNSIZED = ("xsave", "fxsave", "fnsave", "fsave", "fnstenv", "fstenv", "xsaveopt", "xsavec",
+                "xsaves", "vscatter", "vpscatter")
+
+
+class _AMD64(_Decoder):
+    tracked = CALLEE_SAVED["amd64"]
+
+    def __init__(self) -> None:
+        import capstone
+        from capstone import x86_const
+
+        super().__init__(capstone.CS_ARCH_X86, capstone.CS_MODE_64, _X86_NAMES, x86_const)
+
+    def _base(self, insn: Any, mem: Any) -> tuple[Base, int]:
+        base = self._num(insn, mem.base)
+        if mem.segment != 0:
+            return Base.OTHER, 0
+        if base in (_RSP, _RBP):
+            kind = Base.SP if base == _RSP else Base.FP
+            if mem.index != 0:
+                return Base.FRAME, 0
+            return kind, mem.disp
+        if mem.base == 0 and mem.index != 0 and self._num(insn, mem.index) in (_RSP, _RBP):
+            return Base.FRAME, 0
+        return Base.OTHER, 0
+
+    def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
+        c = self._c
+        end = address + len(code)
+        pos = address
+        for insn in self._cs.disasm(code, address):
+            pos = insn.address + insn.size
+            yield self._effect(insn, c)
+        if pos < end:
+            yield None
+
+    def _effect(self, insn: Any, c: Any) -> Effect:
+        mnem = insn.mnemonic
+        addr, size = insn.address, insn.size
+        ops = insn.operands
+        groups = set(insn.groups)
+        _, written = insn.regs_access()
+        writes = {n for n in (self._num(insn, r) for r in written) if n is not None}
+        for op in ops:
+            if op.type == c.X86_OP_REG and op.access & 2:
+                n = self._num(insn, op.reg)
+                if n is not None:
+                    writes.add(n)
+        tracked = self.tracked
+        # Control flow.
+        flow, target = Flow.FALL, None
+        if 1 in groups or 2 in groups:  # CS_GRP_JUMP, CS_GRP_CALL
+            imm = ops[0].imm if len(ops) == 1 and ops[0].type == c.X86_OP_IMM else None
+            if 2 in groups:
+                flow, target = Flow.CALL, imm
+            elif imm is None:
+                flow = Flow.INDIRECT
+            elif mnem.startswith("jmp"):
+                flow, target = Flow.JUMP, imm
+            else:
+                flow, target = Flow.COND, imm
+        elif 3 in groups or 5 in groups:  # ret, iret
+            flow = Flow.RETURN
+        elif mnem in _X86_STOPS:
+            flow = Flow.STOP
+        text = f"{mnem} {insn.op_str}"
+        # The stack-pointer idioms, exactly.
+        if mnem == "push":
+            reg = self._num(insn, ops[0].reg) if ops[0].type == c.X86_OP_REG else None
+            full = ops[0].size == 8
+            stores = (Store(Base.SP, -8, 8, reg if full and reg in tracked else None),)
+            # push of a memory operand reads through its base: not a write.
+            return Effect(addr, size, flow, target, stores, (), frozenset(), SPOp("sp", -8),
+                          None, text)
+        if mnem == "pop":
+            if ops[0].type != c.X86_OP_REG:
+                return self._generic(insn, c, flow, target, writes, text)
+            reg = self._num(insn, ops[0].reg)
+            loads = (Load(reg, Base.SP, 0, 8),) if reg in tracked and ops[0].size == 8 else ()
+            clobbers = frozenset(writes & set(tracked)) - {ld.reg for ld in loads}
+            fp = UNKNOWN_OP if reg == _RBP else None
+            return Effect(addr, size, flow, target, (), loads, clobbers, SPOp("sp", 8), fp, text)
+        if flow is Flow.CALL:
+            # The return address goes to SP - 8; the callee pops it and keeps
+            # the callee-saved registers (SysV ABI), so only SP - 8 changes.
+            return Effect(addr, size, flow, target, (Store(Base.SP, -8, 8),), (), frozenset(),
+                          None, None, text)
+        if flow is Flow.RETURN or flow is Flow.INDIRECT or flow is Flow.JUMP or flow is Flow.COND:
+            return Effect(addr, size, flow, target, (), (), frozenset(), None, None, text)
+        if mnem == "leave":
+            return Effect(addr, size, flow, target, (), (), frozenset(), SPOp("fp", 8), UNKNOWN_OP,
+                          text)
+        return self._generic(insn, c, flow, target, writes, text)
+
+    def _generic(self, insn: Any, c: Any, flow: Flow, target: int | None, writes: set[int],
+                 text: str) -> Effect:
+        mnem = insn.mnemonic
+        ops = insn.operands
+        tracked = self.tracked
+        stores: list[Store] = []
+        loads: list[Load] = []
+        mems = [op for op in ops if op.type == c.X86_OP_MEM]
+        is_mov = mnem in ("mov", "movq") and len(ops) == 2
+        for op in mems:
+            base, disp = self._base(insn, op.mem)
+            if mnem == "lea" or mnem.startswith(("nop", "prefetch")):
+                continue
+            written = op.access & 2 or op.access == 0
+            if written and base is not Base.OTHER:
+                unsized = mnem.startswith(_X86_UNSIZED) or op.size not in (1, 2, 4, 8, 16, 32, 64)
+                reg = None
+                if is_mov and ops[1].type == c.X86_OP_REG and op.size == 8:
+                    n = self._num(insn, ops[1].reg)
+                    reg = n if n in tracked else None
+                stores.append(Store(base, disp, None if unsized else op.size, reg))
+        if is_mov and ops[0].type == c.X86_OP_REG and ops[1].type == c.X86_OP_MEM and ops[0].size == 8:
+            n = self._num(insn, ops[0].reg)
+            base, disp = self._base(insn, ops[1].mem)
+            if n in tracked:
+                loads.append(Load(n, base, disp, 8))
+        sp: SPOp | None = None
+        fp: SPOp | None = None
+        if _RSP in writes:
+            sp = self._pointer_op(insn, c, _RSP)
+        if _RBP in writes:
+            fp = self._pointer_op(insn, c, _RBP)
+        clobbers = frozenset(writes & set(tracked)) - {ld.reg for ld in loads}
+        return Effect(insn.address, insn.size, flow, target, tuple(stores), tuple(loads), clobbers,
+                      sp, fp, text)
+
+    def _pointer_op(self, insn: Any, c: Any, dest: int) -> SPOp:
+        """rsp/rbp = rsp/rbp + constant, for the forms compilers use; else unknown."""
+        mnem = insn.mnemonic
+        ops = insn.operands
+        if len(ops) != 2 or ops[0].type != c.X86_OP_REG or self._num(insn, ops[0].reg) != dest \
+                or ops[0].size != 8:
+            return UNKNOWN_OP
+        src = ops[1]
+        name = {_RSP: "sp", _RBP: "fp"}
+        if mnem in ("add", "sub") and src.type == c.X86_OP_IMM:
+            return SPOp(name[dest], src.imm if mnem == "add" else -src.imm)
+        if mnem == "mov" and src.type == c.X86_OP_REG and src.size == 8:
+            n = self._num(insn, src.reg)
+            if n in name:
+                return SPOp(name[n], 0)
+        if mnem == "lea" and src.type == c.X86_OP_MEM:
+            mem = src.mem
+            n = self._num(insn, mem.base)
+            if n in name and mem.index == 0 and mem.segment == 0:
+                return SPOp(name[n], mem.disp)
+        return UNKNOWN_OP
+
+
+# -- aarch64 -------------------------------------------------------------------
+
+def _aarch64_regs() -> dict[str, int]:
+    names: dict[str, int] = {"sp": 31, "wsp": 31, "fp": 29, "x29": 29, "w29": 29, "lr": 30,
+                             "x30": 30, "w30": 30}
+    for n in range(0, 29):
+        names[f"x{n}"] = n
+        names[f"w{n}"] = n
+    for n in range(32):
+        for prefix in ("b", "h", "s", "d", "q", "v", "z"):
+            names[f"{prefix}{n}"] = 64 + n
+    return names
+
+
+_A64_NAMES = _aarch64_regs()
+_A64_SP, _A64_FP = 31, 29
+# Instructions whose first register operand is read, not written.
+_A64_READ_FIRST = ("st", "cmp", "cmn", "tst", "fcmp", "fcmpe", "ccmp", "ccmn", "fccmp", "fccmpe",
+                   "cbz", "cbnz", "tbz", "tbnz", "br", "blr", "ret", "prfm", "prfum", "msr", "dc",
+                   "ic", "at", "tlbi", "sys", "hint", "nop", "bti")
+# Instructions that may write any of their register operands (loads, atomics).
+_A64_WRITE_ALL = ("ld", "swp", "cas")
+_A64_STOPS = {"brk", "udf", "hlt"}
+
+
+class _AArch64(_Decoder):
+    tracked = CALLEE_SAVED["aarch64"]
+
+    def __init__(self) -> None:
+        import capstone
+        from capstone import arm64_const
+
+        super().__init__(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM, _A64_NAMES, arm64_const)
+
+    def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
+        # Fixed-width: decode word by word so one bad word does not hide the rest.
+        c = self._c
+        for off in range(0, len(code) - 3, 4):
+            insns = list(self._cs.disasm(code[off:off + 4], address + off, 1))
+            yield self._effect(insns[0], c) if insns else None
+
+    def _effect(self, insn: Any, c: Any) -> Effect:
+        mnem = insn.mnemonic
+        addr, size = insn.address, insn.size
+        ops = insn.operands
+        text = f"{mnem} {insn.op_str}"
+        tracked = self.tracked
+        reg_ops = [self._num(insn, op.reg) for op in ops if op.type == c.ARM64_OP_REG]
+        try:
+            _, written = insn.regs_access()
+        except Exception:  # noqa: BLE001 - no access data: assume every register operand is written
+            written = [op.reg for op in ops if op.type == c.ARM64_OP_REG]
+        writes = {n for n in (self._num(insn, r) for r in written) if n is not None}
+        base_mnem = mnem.split(".")[0]
+        reads_first = base_mnem.startswith(_A64_READ_FIRST)
+        is_load = base_mnem.startswith("ld")
+        if base_mnem.startswith(_A64_WRITE_ALL):
+            writes.update(n for n in reg_ops if n is not None)
+        elif reg_ops and not reads_first and reg_ops[0] is not None:
+            writes.add(reg_ops[0])
+        if base_mnem.startswith("st") and "x" in base_mnem[2:5] and reg_ops:
+            # stxr/stlxr/stxp: the first operand receives the status.
+            if reg_ops[0] is not None:
+                writes.add(reg_ops[0])
+        # Control flow.
+        flow, target = Flow.FALL, None
+        imms = [op.imm for op in ops if op.type == c.ARM64_OP_IMM]
+        if base_mnem == "b" and mnem == "b":
+            flow, target = Flow.JUMP, imms[-1] if imms else None
+        elif base_mnem == "b" or base_mnem in ("cbz", "cbnz", "tbz", "tbnz"):
+            flow, target = Flow.COND, imms[-1] if imms else None
+        elif base_mnem in ("bl", "blr", "blraa", "blrab", "blraaz", "blrabz"):
+            flow, target = Flow.CALL, (imms[-1] if base_mnem == "bl" and imms else None)
+        elif base_mnem in ("br", "braa", "brab", "braaz", "brabz"):
+            flow = Flow.INDIRECT
+        elif base_mnem in ("ret", "retaa", "retab", "eret"):
+            flow = Flow.RETURN
+        elif base_mnem in _A64_STOPS:
+            flow = Flow.STOP
+        if flow is Flow.JUMP and target is None:
+            flow = Flow.INDIRECT
+        if flow is Flow.CALL:
+            # x30 gets the return address; the callee keeps x19-x28, d8-d15 and SP.
+            return Effect(addr, size, flow, target, (), (), frozenset(), None, None, text)
+        if flow is not Flow.FALL and flow is not Flow.STOP:
+            return Effect(addr, size, flow, target, (), (), frozenset(), None, None, text)
+        stores: list[Store] = []
+        loads: list[Load] = []
+        sp: SPOp | None = None
+        fp: SPOp | None = None
+        mems = [op for op in ops if op.type == c.ARM64_OP_MEM]
+        post_index = bool(getattr(insn, "post_index", False))
+        writeback = bool(insn.writeback)
+        if mems:
+            mem = mems[0].mem
+            base_num = self._num(insn, mem.base)
+            index = mem.index != 0
+            if base_num in (_A64_SP, _A64_FP):
+                base = Base.SP if base_num == _A64_SP else Base.FP
+                disp = 0 if post_index else mem.disp
+                if index:
+                    base, disp = Base.FRAME, 0
+            else:
+                base, disp = Base.OTHER, 0
+            data = [op for op in ops if op.type == c.ARM64_OP_REG]
+            if base_mnem.startswith("st") and "x" in base_mnem[2:5]:
+                data = data[1:]
+            width = 0
+            names = [insn.reg_name(op.reg) for op in data]
+            sizes = [_a64_size(n) for n in names]
+            if base_mnem.startswith(("st", "ld")) and all(s is not None for s in sizes) and sizes:
+                width = sum(s for s in sizes if s is not None)
+            if base_mnem.startswith("st"):
+                if base is not Base.OTHER:
+                    pair_like = base_mnem in ("stp", "stnp", "str", "stur")
+                    if pair_like and width:
+                        at = disp
+                        for op, s in zip(data, sizes, strict=True):
+                            assert s is not None
+                            num = self._num(insn, op.reg)
+                            whole = num in tracked and (s == 8 or (s == 16 and num is not None
+                                                                    and num >= 64))
+                            stores.append(Store(base, at, s, num if whole else None))
+                            at += s
+                    else:
+                        stores.append(Store(base, disp, None))
+            elif is_load and base_mnem in ("ldp", "ldnp", "ldr", "ldur") and width \
+                    and base is not Base.FRAME:
+                at = disp
+                for op, s in zip(data, sizes, strict=True):
+                    assert s is not None
+                    num = self._num(insn, op.reg)
+                    if num in tracked and s == 8:
+                        loads.append(Load(num, base, at, 8))
+                    at += s
+            if writeback and base_num in (_A64_SP, _A64_FP) and not index:
+                name = "sp" if base_num == _A64_SP else "fp"
+                if post_index:
+                    step = imms[-1] if imms else None
+                else:
+                    step = mem.disp
+                op_ = SPOp(name, step) if step is not None else UNKNOWN_OP
+                if base_num == _A64_SP:
+                    sp = op_
+                else:
+                    fp = op_
+        if _A64_SP in writes and sp is None:
+            sp = self._pointer_op(insn, c, _A64_SP, base_mnem)
+        if _A64_FP in writes and fp is None:
+            fp = self._pointer_op(insn, c, _A64_FP, base_mnem)
+        clobbers = frozenset(writes & set(tracked)) - {ld.reg for ld in loads}
+        return Effect(addr, size, flow, target, tuple(stores), tuple(loads), clobbers, sp, fp, text)
+
+    def _pointer_op(self, insn: Any, c: Any, dest: int, mnem: str) -> SPOp:
+        ops = insn.operands
+        if not ops or ops[0].type != c.ARM64_OP_REG or self._num(insn, ops[0].reg) != dest:
+            return UNKNOWN_OP
+        if insn.reg_name(ops[0].reg) not in ("sp", "x29", "fp"):
+            return UNKNOWN_OP
+        name = {_A64_SP: "sp", _A64_FP: "fp"}
+        if mnem == "mov" and len(ops) == 2 and ops[1].type == c.ARM64_OP_REG:
+            n = self._num(insn, ops[1].reg)
+            if n in name and insn.reg_name(ops[1].reg) in ("sp", "x29", "fp"):
+                return SPOp(name[n], 0)
+        if mnem in ("add", "sub") and len(ops) == 3 and ops[1].type == c.ARM64_OP_REG \
+                and ops[2].type == c.ARM64_OP_IMM:
+            n = self._num(insn, ops[1].reg)
+            shift = ops[2].shift
+            if n in name and insn.reg_name(ops[1].reg) in ("sp", "x29", "fp") and (
+                    shift.type == 0 or (shift.type == 1 and shift.value in (0, 12))):
+                imm = ops[2].imm << (shift.value if shift.type == 1 else 0)
+                return SPOp(name[n], imm if mnem == "add" else -imm)
+        return UNKNOWN_OP
+
+
+def _a64_size(name: str) -> int | None:
+    if name.startswith(("x", "d")) or name in ("fp", "lr", "xzr"):
+        return 8
+    if name.startswith(("w", "s")) or name == "wzr":
+        return 4
+    if name.startswith("q"):
+        return 16
+    if name.startswith("h"):
+        return 2
+    if name.startswith("b"):
+        return 1
+    return None
+
+
+# -- jump tables -----------------------------------------------------------------
+
+_X86_ALIASES: dict[str, tuple[str, ...]] = {
+    **{f"r{x}x": (f"r{x}x", f"e{x}x", f"{x}x", f"{x}l", f"{x}h") for x in "abcd"},
+    **{f"r{x}": (f"r{x}", f"e{x}", x, f"{x}l") for x in ("si", "di", "bp", "sp")},
+    **{f"r{n}": (f"r{n}", f"r{n}d", f"r{n}w", f"r{n}b") for n in range(8, 16)},
+}
+_TABLE_MAX = 4096
+
+
+def _falls_to_return(effects: list[Effect], k: int, leaders: set[int]) -> bool:
+    """From ``effects[k]`` on, only pops (none a branch target) up to a return."""
+    while k < len(effects):
+        eff = effects[k]
+        if eff.address in leaders:
+            return False
+        if eff.flow is Flow.RETURN:
+            return True
+        if not eff.text.startswith("pop ") or eff.flow is not Flow.FALL:
+            return False
+        k += 1
+    return False
+
+
+def _single_lea(effects: list[Effect], base: str, leaders: set[int]) -> int | None:
+    """The table address in ``base`` when ``base`` is a callee-saved register
+    (kept across calls) that exactly one instruction of the function writes,
+    ``lea base, [rip + T]``: a table base hoisted out of a loop. Writes are
+    the effects' (capstone's register-write lists); an epilogue's ``pop base``
+    followed only by pops and a return does not count."""
+    number = _X86_NAMES.get(base)
+    if number not in CALLEE_SAVED["amd64"]:
+        return None
+    found: int | None = None
+    for k, eff in enumerate(effects):
+        if number in eff.clobbers or any(ld.reg == number for ld in eff.loads):
+            if eff.text == f"pop {base}" and _falls_to_return(effects, k + 1, leaders):
+                continue  # an epilogue's restore: nothing after it reaches the jump
+            if found is not None or not (eff.text.startswith(f"lea {base}, [rip + 0x")
+                                         and eff.text.endswith("]")):
+                return None
+            found = eff.address + eff.size + int(eff.text[len(f"lea {base}, [rip + "):-1], 16)
+    return found
+
+
+def _family(name: str, width: int) -> str | None:
+    """The 64-bit register whose alias of rank ``width`` (0: 64-bit, 1: 32-bit) is ``name``."""
+    for family, names in _X86_ALIASES.items():
+        if names[width] == name:
+            return family
+    return None
+
+
+def _mentions(text: str, regs: tuple[str, ...]) -> bool:
+    words = set(text.replace(",", " ").replace("[", " ").replace("]", " ").replace("*", " ")
+                .replace("+", " ").replace("-", " ").split())
+    return any(r in words for r in regs)
+
+
+def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
+                     read: Callable[[int, int], bytes | None]) -> list[int] | None:
+    """Targets of the jump table that the indirect jump ``effects[i]`` dispatches
+    through, for gcc's position-independent form; None when it is not that form
+    (the caller then assumes any target).
+
+        cmp  eI, N ; ja default ; lea rB, [rip + T] ; [movzx eI, Il | mov eI, eJ] ;
+        movsxd rA, dword ptr [rB + rI*4] ; add rA, rB ; jmp rA
+
+    with other instructions in between that neither name rA, rB, rI nor are
+    branch targets. The index may be compared at any width and zero-extended
+    after; the lea may be anywhere when it is the only instruction in the
+    function that writes rB, a callee-saved register. The N + 1 entries are
+    read from the file.
+    """
+    jump = effects[i].text.split()
+    if len(jump) < 2 or jump[-2] != "jmp" or jump[-1] not in _X86_ALIASES:
+        return None
+    a = jump[-1]
+    want = "add"
+    b = idx = ""
+    table: int | None = None
+    j = i - 1
+    lowest = max(0, i - 32)
+    while j >= lowest:
+        eff = effects[j]
+        if effects[j + 1].address in leaders or eff.flow not in (Flow.FALL, Flow.COND):
+            return None
+        text = eff.text
+        if want == "add" and text.startswith(f"add {a}, "):
+            b = text.split(", ")[1]
+            if b not in _X86_ALIASES:
+                return None
+            want = "movsxd"
+        elif want == "movsxd" and text.startswith(f"movsxd {a}, dword ptr [{b} + "):
+            rest = text[len(f"movsxd {a}, dword ptr [{b} + "):]
+            if not rest.endswith("*4]") or rest[:-3] not in _X86_ALIASES:
+                return None
+            idx = rest[:-3]
+            want = "lea"
+            hoisted = _single_lea(effects, b, leaders)
+            if hoisted is not None:
+                table, want = hoisted, "ja"
+        elif want == "lea" and text.startswith(f"lea {b}, [rip + 0x") and text.endswith("]"):
+            table = eff.address + eff.size + int(text[len(f"lea {b}, [rip + "):-1], 16)
+            want = "ja"
+        elif want == "ja" and text.startswith("ja "):
+            want = "cmp"
+        elif want == "cmp" and text.startswith("cmp "):
+            reg, _, bound = text[4:].partition(", ")
+            if reg not in _X86_ALIASES[idx] or table is None:
+                return None
+            try:
+                count = int(bound, 0) + 1
+            except ValueError:
+                return None
+            if not 0 < count <= _TABLE_MAX:
+                return None
+            data = read(table, 4 * count)
+            if data is None:
+                return None
+            entries = struct.unpack(f"<{count}i", data)
+            return [table + e for e in entries]
+        elif idx and want in ("lea", "ja") and text.startswith("movzx ") and all(
+                r in _X86_ALIASES[idx] for r in text[6:].split(", ")):
+            pass  # the index zero-extended from the width the bound was checked at
+        elif idx and want in ("lea", "ja") and text.startswith(f"mov {_X86_ALIASES[idx][1]}, ") \
+                and _family(text.split(", ")[1], 1) is not None:
+            idx = _family(text.split(", ")[1], 1) or idx  # a 32-bit copy: the bound is on the source
+        else:
+            names: tuple[str, ...] = _X86_ALIASES[a]
+            if b:
+                names += _X86_ALIASES[b]
+            if idx:
+                names += _X86_ALIASES[idx]
+            if want in ("ja", "cmp") or _mentions(text, names):
+                return None
+        j -= 1
+    return None
+
+
+def _imm(text: str) -> int | None:
+    text = text.strip().lstrip("#")
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None
+
+
+def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[int]],
+                       read: Callable[[int, int], bytes | None]) -> list[int] | None:
+    """Targets of the jump table that ``br`` at ``effects[i]`` dispatches
+    through, for gcc's aarch64 form; None when it is not exactly that form:
+
+        cmp wI, #N ; b.ls L            (the only way into L)
+        ...          (no fall-through into L)
+     L: adrp xT, #P ; add xT, xT, #O ; ldrh|ldrb wE, [xT, wI, uxtw {#1}] ;
+        adr xB, #BASE ; add xA, xB, wE, sxth|sxtb|uxth|uxtb #2 ; br xA
+
+    ``leaders`` maps each direct branch target to the branches that go there.
+    The N + 1 entries (halfwords or bytes) are read from the file; targets
+    are BASE + 4 * entry (sign- or zero-extended as the add says).
+    """
+    if i < 6:
+        return None
+    texts = [e.text.strip() for e in effects[i - 5:i + 1]]
+    adrp, add_t, load, adr, add_a, br = (t.replace(",", " ").split() for t in texts)
+    if br[0] != "br" or len(br) != 2 or add_a[:1] != ["add"] or len(add_a) != 6:
+        return None
+    a, b, e, ext, shift = add_a[1], add_a[2], add_a[3], add_a[4], add_a[5]
+    if a != br[1] or shift != "#2" or ext not in ("sxth", "sxtb", "uxth", "uxtb"):
+        return None
+    if adr[:2] != ["adr", b] or len(adr) != 3:
+        return None
+    base = _imm(adr[2])
+    # ldrh w1, [x1, w0, uxtw #1]  ->  ['ldrh', 'w1', '[x1', 'w0', 'uxtw', '#1]']
+    if load[0] not in ("ldrh", "ldrb") or load[1] != e:
+        return None
+    width = 2 if load[0] == "ldrh" else 1
+    tail = load[4:]
+    if width == 2 and tail != ["uxtw", "#1]"]:
+        return None
+    if width == 1 and tail not in (["uxtw]"], ["uxtw", "#0]"]):
+        return None
+    table_reg, index = load[2].lstrip("["), load[3]
+    if ext[-1] != ("h" if width == 2 else "b"):
+        return None
+    if adrp[:2] != ["adrp", table_reg] or add_t[:3] != ["add", table_reg, table_reg]:
+        return None
+    page, low = _imm(adrp[2]), _imm(add_t[3]) if len(add_t) == 4 else None
+    if base is None or page is None or low is None or index == table_reg[0] + table_reg[1:] \
+            or index.lstrip("wx") == table_reg.lstrip("wx"):
+        return None
+    start = effects[i - 5]
+    # Nothing branches into the block but one b.ls, nothing falls into it.
+    if effects[i - 6].flow not in (Flow.RETURN, Flow.JUMP, Flow.INDIRECT, Flow.STOP):
+        return None
+    if any(effects[k].address in leaders for k in range(i - 4, i + 1)):
+        return None
+    sources = leaders.get(start.address, [])
+    if len(sources) != 1:
+        return None
+    k = sources[0]
+    if k < 1 or not effects[k].text.startswith("b.ls ") or \
+            effects[k - 1].text.replace(",", " ").split()[:2] != ["cmp", index]:
+        return None
+    bound = _imm(effects[k - 1].text.replace(",", " ").split()[2])
+    if bound is None or not 0 <= bound < _TABLE_MAX:
+        return None
+    count = bound + 1
+    data = read(page + low, width * count)
+    if data is None:
+        return None
+    signed = ext.startswith("s")
+    fmt = {(2, True): "h", (2, False): "H", (1, True): "b", (1, False): "B"}[(width, signed)]
+    entries = struct.unpack(f"<{count}{fmt}", data)
+    return [base + 4 * entry for entry in entries]

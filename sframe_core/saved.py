@@ -1,0 +1,335 @@
+"""Where a function keeps its caller's callee-saved registers, PC by PC.
+
+SFrame records the CFA, RA and FP rules only; the other callee-saved
+registers (amd64 rbx, r12-r15; aarch64 x19-x28, d8-d15) are saved and
+restored by the function's machine code. This module runs a forward
+dataflow analysis over that code (instruction effects from ``effects.py``)
+and gives, for every PC of the function, a rule per register in the row
+model: ``AT_CFA`` (saved in a stack slot at CFA + offset), ``SAME_VALUE``
+(the register still holds the caller's value: never written since entry, or
+restored) or nothing (unknown).
+
+Unknown is always allowed; a wrong rule never is. So:
+
+- the state holds, per register, the CFA offset of a slot that provably holds
+  the caller's value, and whether the register itself still does; states meet
+  at control-flow joins and any disagreement becomes unknown;
+- the simulated SP (and FP) is checked against SFrame's CFA rule at every
+  instruction; a mismatch forgets every register (SFrame's CFA is what the
+  unwinder trusts, so it anchors the stack offsets);
+- a store through SP/FP at a known offset forgets the slots it overlaps; one
+  at an offset it cannot place (an index register, SP unknown after alloca)
+  forgets every slot whose register holds its value again (restored: the
+  slot may be reused); a register saved through any other base is not a save;
+- an indirect jump's state is met into every instruction of the function
+  whose SFrame CFA rule is consistent with it (a jump table's targets), so a
+  block reached only that way is never more precise than its jumps;
+- a direct jump or call into the middle of an instruction, an undecodable
+  instruction, an FDE whose first row is not a function entry, or a
+  function larger than ``MAX_INSNS``: the whole function is unknown.
+
+Precondition the analysis relies on, as ``.eh_frame`` does: code does not
+write into a save slot it will still restore from, except through the known
+SP/FP offsets above; callees keep the callee-saved registers and the caller's
+stack above their CFA (the ABI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from .abi import Arch
+from .effects import Base, Effect, Flow, aarch64_jump_table, amd64_jump_table, decoder_for
+from .rows import SAME, CFARule, Rule, RuleKind
+
+__all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis"]
+
+# Bounds on one function's analysis: past them every register is unknown.
+MAX_BYTES = 512 * 1024
+MAX_INSNS = 60_000
+
+Regs = tuple[tuple[int, Rule], ...]
+
+
+class Span(NamedTuple):
+    """``regs`` hold for the PCs ``start <= pc < end`` (file or runtime addresses)."""
+
+    start: int
+    end: int
+    regs: Regs
+
+
+class Analysis(NamedTuple):
+    """The result for one function: spans in address order, and why it stopped early."""
+
+    spans: tuple[Span, ...]
+    note: str = ""
+
+    def regs_at(self, pc: int) -> tuple[Regs, int, int]:
+        """(rules, lo, hi): the rules at ``pc`` hold for ``lo <= pc < hi``
+        (no rules between and around the spans)."""
+        spans = self.spans
+        lo, hi = 0, len(spans)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if spans[mid].end <= pc:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(spans):
+            span = spans[lo]
+            if span.start <= pc:
+                return span.regs, span.start, span.end
+            return (), (spans[lo - 1].end if lo else 0), span.start
+        return (), (spans[-1].end if spans else 0), 1 << 64
+
+
+# One register's state: (CFA offset of a slot holding the caller's value or
+# None, the register itself holds the caller's value, the slot is still to be
+# restored from: not yet loaded back, so the compiler keeps it intact).
+_Reg = tuple[int | None, bool, bool]
+_LOST: _Reg = (None, False, False)
+
+
+class _State(NamedTuple):
+    sp: int | None  # SP - CFA
+    fp: int | None  # FP - CFA
+    regs: tuple[_Reg, ...]
+
+
+def _meet(a: _State, b: _State) -> _State:
+    if a == b:
+        return a
+    regs = tuple(ra if ra == rb else ((ra[0] if ra[0] == rb[0] else None), ra[1] and rb[1],
+                                      ra[2] and rb[2])
+                 for ra, rb in zip(a.regs, b.regs, strict=True))
+    return _State(a.sp if a.sp == b.sp else None, a.fp if a.fp == b.fp else None, regs)
+
+
+# CFA rule -> expected (SP - CFA, FP - CFA); None: the rule says nothing about it.
+Anchor = tuple[int | None, int | None]
+
+
+def _anchor(cfa: CFARule | None, arch: Arch) -> Anchor:
+    if cfa is None or cfa.deref:
+        return (None, None)
+    if cfa.reg == arch.sp:
+        return (-cfa.offset, None)
+    if cfa.reg == arch.fp:
+        return (None, -cfa.offset)
+    return (None, None)
+
+
+def _reconcile(state: _State, anchor: Anchor) -> _State:
+    sp, fp = anchor
+    if (sp is not None and state.sp is not None and sp != state.sp) or (
+            fp is not None and state.fp is not None and fp != state.fp):
+        # The simulation and SFrame disagree: trust neither for the registers.
+        return _State(sp, fp, tuple(_LOST for _ in state.regs))
+    if (sp is not None and state.sp is None) or (fp is not None and state.fp is None):
+        return _State(sp if sp is not None else state.sp, fp if fp is not None else state.fp,
+                      state.regs)
+    return state
+
+
+def _address(base: Base, disp: int, state: _State) -> int | None:
+    if base is Base.SP:
+        return None if state.sp is None else state.sp + disp
+    if base is Base.FP:
+        return None if state.fp is None else state.fp + disp
+    return None
+
+
+def _transfer(state: _State, eff: Effect, index: dict[int, int]) -> _State:
+    sp, fp, regs_t = state
+    regs = list(regs_t)
+    for store in eff.stores:
+        if store.base is Base.OTHER or (store.base is Base.FP and state.fp is None):
+            continue  # a pointer not known to point into the frame (rbp as a general register)
+        at = _address(store.base, store.disp, state)
+        if at is None:
+            # Somewhere in the frame (an array indexed by a register, or SP
+            # unknown after alloca). A slot the function will still restore
+            # from is not overwritten (the precondition); one whose register
+            # was restored already may be reused, so it is forgotten.
+            regs = [reg if pinned else (None, live, False) for reg in regs
+                    for _, live, pinned in (reg,)]
+            continue
+        end = None if store.size is None else at + store.size
+        for i, (slot, live, _) in enumerate(regs):
+            if slot is not None and slot + 8 > at and (end is None or slot < end):
+                regs[i] = (None, live, False)
+        if store.reg is not None:
+            i = index[store.reg]
+            slot, live, pinned = regs[i]
+            if live and store.size is not None and store.size >= 8:
+                regs[i] = (slot, True, pinned) if slot is not None else (at, True, True)
+    for load in eff.loads:
+        i = index[load.reg]
+        slot, _, pinned = regs[i]
+        at = _address(load.base, load.disp, state)
+        if slot is not None and at == slot and load.size == 8:
+            regs[i] = (slot, True, False)  # restored: the slot may be reused from now on
+        else:
+            regs[i] = (slot, False, pinned)
+    for reg in eff.clobbers:
+        k = index.get(reg)
+        if k is not None:
+            regs[k] = (regs[k][0], False, regs[k][2])
+    if eff.sp is not None:
+        sp = _pointer(eff.sp.from_, eff.sp.add, state)
+    if eff.fp is not None:
+        fp = _pointer(eff.fp.from_, eff.fp.add, state)
+    return _State(sp, fp, tuple(regs))
+
+
+def _pointer(from_: str, add: int, state: _State) -> int | None:
+    if from_ == "sp" and state.sp is not None:
+        return state.sp + add
+    if from_ == "fp" and state.fp is not None:
+        return state.fp + add
+    return None
+
+
+def _rules(state: _State, tracked: Sequence[int], red_zone: int) -> Regs:
+    out: list[tuple[int, Rule]] = []
+    sp = state.sp
+    for reg, (slot, live, _) in zip(tracked, state.regs, strict=True):
+        if slot is not None and (sp is None or slot >= sp - red_zone):
+            out.append((reg, Rule(RuleKind.AT_CFA, slot)))
+        elif live:
+            out.append((reg, SAME))
+    return tuple(out)
+
+
+# The CFA rule at a function's first instruction, per ABI: SP + this.
+_ENTRY_CFA = {"amd64": 8, "aarch64": 0, "s390x": 160}
+_RED_ZONE = {"amd64": 128}
+
+
+def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule | None],
+            read: Callable[[int, int], bytes | None] | None = None) -> Analysis:
+    """Rules for the callee-saved registers over ``[start, start + len(code))``.
+
+    ``cfa_at(pc)`` gives SFrame's CFA rule at a PC of the function (None
+    where it has none); ``read(address, size)`` the file's bytes (jump
+    tables). The result's spans cover the decoded instructions; PCs outside
+    them have no rules.
+    """
+    decoder = decoder_for(arch)
+    if decoder is None:
+        return Analysis((), "no instruction decoder for this ABI")
+    if len(code) > MAX_BYTES:
+        return Analysis((), f"function larger than {MAX_BYTES} bytes")
+    entry_cfa = cfa_at(start)
+    if entry_cfa != CFARule(arch.sp, _ENTRY_CFA[arch.name]):
+        return Analysis((), "the first row is not a function entry")
+    effects: list[Effect] = []
+    # All or nothing: code not decoded could jump back into the rest.
+    for eff in decoder.effects(code, start):
+        if eff is None:
+            return Analysis((), f"undecodable instruction after {len(effects)} instructions")
+        if len(effects) >= MAX_INSNS:
+            return Analysis((), f"more than {MAX_INSNS} instructions")
+        effects.append(eff)
+    if not effects:
+        return Analysis((), "no instruction decoded")
+    end = start + len(code)
+    at: dict[int, int] = {eff.address: i for i, eff in enumerate(effects)}
+    # Branch targets inside the function must be instruction starts.
+    for eff in effects:
+        target = eff.target
+        if target is not None and start <= target < end and target not in at:
+            return Analysis((), f"branch at {eff.address:#x} into the middle of an instruction")
+        if eff.flow is Flow.CALL and target is not None and start < target < end:
+            return Analysis((), f"call at {eff.address:#x} into its own function")
+    # Indirect jumps through a jump table the decoder recognises go to its
+    # entries only; the others may go anywhere (see the module docstring).
+    tables: dict[int, list[int]] = {}
+    if read is not None and arch.name in ("amd64", "aarch64"):
+        leaders = {eff.target for eff in effects if eff.target is not None}
+        sources: dict[int, list[int]] = {}
+        for i, eff in enumerate(effects):
+            if eff.target is not None:
+                sources.setdefault(eff.target, []).append(i)
+        for i, eff in enumerate(effects):
+            if eff.flow is Flow.INDIRECT:
+                targets = (amd64_jump_table(effects, i, leaders, read) if arch.name == "amd64"
+                           else aarch64_jump_table(effects, i, sources, read))
+                if targets is not None and all(t in at or not start <= t < end for t in targets):
+                    tables[i] = [at[t] for t in targets if t in at]
+    tracked = decoder.tracked
+    index = {reg: i for i, reg in enumerate(tracked)}
+    anchors = [_anchor(cfa_at(eff.address), arch) for eff in effects]
+    entry = _reconcile(_State(-_ENTRY_CFA[arch.name], None,
+                              tuple((None, True, False) for _ in tracked)),
+                       anchors[0])
+    states: list[_State | None] = [None] * len(effects)
+    states[0] = entry
+    work = [0]
+    pending = {0}
+    indirect: dict[int, _State] = {}  # site -> its state
+
+    def flow_to(i: int, state: _State) -> None:
+        state = _reconcile(state, anchors[i])
+        old = states[i]
+        new = state if old is None else _meet(old, state)
+        if new != old:
+            states[i] = new
+            if i not in pending:
+                pending.add(i)
+                work.append(i)
+
+    while True:
+        while work:
+            i = work.pop()
+            pending.discard(i)
+            state = states[i]
+            assert state is not None
+            eff = effects[i]
+            out = _transfer(state, eff, index)
+            flow = eff.flow
+            if flow is Flow.INDIRECT:
+                if i in tables:
+                    for k in tables[i]:
+                        flow_to(k, out)
+                else:
+                    indirect[i] = out
+                continue
+            if flow is Flow.RETURN or flow is Flow.STOP:
+                continue
+            if flow is Flow.JUMP or flow is Flow.COND:
+                target = eff.target
+                if target is not None and start <= target < end:
+                    flow_to(at[target], out)
+                if flow is Flow.JUMP:
+                    continue
+            if i + 1 < len(effects):
+                flow_to(i + 1, out)
+        if not indirect:
+            break
+        # A jump table's targets: every instruction whose CFA rule fits the jump
+        # (sites with the same SP/FP offsets are met first: interpreters have many).
+        by_frame: dict[tuple[int | None, int | None], _State] = {}
+        for site_state in indirect.values():
+            key = (site_state.sp, site_state.fp)
+            known = by_frame.get(key)
+            by_frame[key] = site_state if known is None else _meet(known, site_state)
+        for site_state in by_frame.values():
+            for i, (sp, fp) in enumerate(anchors):
+                if (sp is not None and site_state.sp is not None and sp != site_state.sp) or (
+                        fp is not None and site_state.fp is not None and fp != site_state.fp):
+                    continue
+                flow_to(i, site_state)
+        if not work:
+            break
+    red_zone = _RED_ZONE.get(arch.name, 0)
+    spans: list[Span] = []
+    for eff, state in zip(effects, states, strict=True):
+        regs: Regs = () if state is None else _rules(state, tracked, red_zone)
+        if spans and spans[-1].regs == regs and spans[-1].end == eff.address:
+            spans[-1] = spans[-1]._replace(end=eff.address + eff.size)
+        else:
+            spans.append(Span(eff.address, eff.address + eff.size, regs))
+    return Analysis(tuple(spans))

@@ -1,0 +1,253 @@
+"""The static proof for callee-saved registers: our rules against ``.eh_frame``'s, PC by PC.
+
+For every PC an SFrame FDE covers and every callee-saved register the
+analysis tracks (``sframe_core.effects.CALLEE_SAVED``), the rule the SFrame
+row carries (``sframe_core.saved``) is compared with the ``.eh_frame`` row's.
+Each (PC, register) pair lands in one class:
+
+- ``match``: both say the same;
+- ``miss``: ``.eh_frame`` has a rule, ours is unknown (allowed, costs coverage);
+- ``same-eh-silent``: ours says "same value", ``.eh_frame`` says nothing
+  (gcc emits no rule for a register before its save or after its restore
+  when the restore is followed by a ``.cfi_restore``); nothing to check
+  against;
+- ``slot-after-restore``: ours says "at CFA+x", ``.eh_frame`` says nothing,
+  and x is the slot ``.eh_frame`` names for that register elsewhere in the
+  same FDE (gcc emits ``.cfi_restore`` after some pops, not after others; the
+  slot still holds the value);
+- ``same-proven-unwritten``: ours says "same value", ``.eh_frame`` names a
+  slot (both right when the register was saved but not yet written: our
+  analysis lost the slot, typically after an indirect jump it could not
+  resolve); proven here independently of the analysis: no instruction that
+  can run between the function's entry and the PC writes the register
+  (capstone's register-write lists, over a control-flow graph in which an
+  indirect jump goes to its jump table's entries when
+  ``effects.amd64_jump_table`` / ``aarch64_jump_table`` read one, else to any
+  instruction), except ``pop`` instructions that
+  read the slot ``.eh_frame`` names for it there (restores);
+- ``unknown-both``;
+- anything else is a disagreement: the test fails on any.
+
+Rows are compared interval by interval (the two sources' row boundaries
+merged), which is every PC at the cost of a few comparisons per row.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from sframe_core.cfi import CFITable
+from sframe_core.effects import (
+    _A64_NAMES,
+    _X86_NAMES,
+    CALLEE_SAVED,
+    aarch64_jump_table,
+    amd64_jump_table,
+    decoder_for,
+)
+from sframe_core.elf import read_elf
+from sframe_core.format import FDE
+from sframe_core.rows import Row, Rule, RuleKind
+from sframe_core.saved import Span
+from sframe_core.section import SFrameSection
+
+CLASSES = ("match", "miss", "same-eh-silent", "slot-after-restore", "same-proven-unwritten",
+           "unknown-both")
+
+
+class Result:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.counts: Counter[str] = Counter()
+        self.disagreements: list[str] = []
+        self.notes: Counter[str] = Counter()  # functions analysed, by why they stopped
+
+    @property
+    def coverage(self) -> float:
+        """Share of the (PC, register) pairs where .eh_frame has a rule that we match."""
+        have = self.counts["match"] + self.counts["miss"] + len(self.disagreements)
+        return self.counts["match"] / have if have else 1.0
+
+    def summary(self) -> str:
+        counts = " ".join(f"{name}={self.counts[name]}" for name in CLASSES)
+        return (f"{self.path}: coverage {self.coverage:.1%} ({counts} "
+                f"disagree={len(self.disagreements)})")
+
+
+def _intervals(spans: tuple[Span, ...], rows: list[Row], lo: int, hi: int,
+               ) -> Iterator[tuple[int, int, dict[int, Rule], dict[int, Rule]]]:
+    cuts = {lo, hi}
+    cuts.update(s.start for s in spans if lo < s.start < hi)
+    cuts.update(s.end for s in spans if lo < s.end < hi)
+    cuts.update(r.start for r in rows if lo < r.start < hi)
+    cuts.update(r.end for r in rows if lo < r.end < hi)
+    points = sorted(cuts)
+    si = ri = 0
+    for a, b in zip(points, points[1:], strict=False):
+        while si < len(spans) and spans[si].end <= a:
+            si += 1
+        while ri < len(rows) and rows[ri].end <= a:
+            ri += 1
+        ours = dict(spans[si].regs) if si < len(spans) and spans[si].start <= a else None
+        eh = dict(rows[ri].regs) if ri < len(rows) and rows[ri].start <= a else None
+        if ours is None or eh is None:
+            continue  # no code decoded here (padding) or no .eh_frame row
+        yield a, b, ours, eh
+
+
+def _graph(section: SFrameSection, table: CFITable, fde: FDE) -> tuple[list[int], dict[int, set[int]],
+                                                      dict[int, set[int]]]:
+    """(instruction addresses, predecessors, registers written) of one function."""
+    import capstone
+
+    code = section.code(fde.start, fde.size) if section.code else None
+    assert code is not None
+    if section.arch.name == "amd64":
+        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        names = _X86_NAMES
+    else:
+        md = capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM)
+        names = _A64_NAMES
+    md.detail = True
+    insns = list(md.disasm(code, fde.start))
+    addrs = [i.address for i in insns]
+    preds: dict[int, set[int]] = {a: set() for a in addrs}
+    writes: dict[int, set[int]] = {}
+    indirect: list[int] = []
+    for k, insn in enumerate(insns):
+        _, written = insn.regs_access()
+        regs = {names.get(insn.reg_name(r)) for r in written}
+        for op in insn.operands:
+            if op.type == 1 and op.access & 2:  # a register operand written
+                regs.add(names.get(insn.reg_name(op.reg)))
+        if section.arch.name != "amd64" and insn.operands and insn.operands[0].type == 1 \
+                and not insn.mnemonic.startswith(("st", "cmp", "cmn", "tst", "cb", "tb", "b")):
+            regs.add(names.get(insn.reg_name(insn.operands[0].reg)))
+        written_regs = {r for r in regs if r is not None}
+        if insn.mnemonic == "pop" and insn.operands[0].type == 1:
+            # A restore, by .eh_frame's own rules: `pop R` reads CFA + x
+            # where .eh_frame says the caller's R is saved.
+            row = table.row_at(insn.address)
+            popped = names.get(insn.reg_name(insn.operands[0].reg))
+            if row is not None and row.cfa is not None and row.cfa.reg == 7 and not row.cfa.deref:
+                rule = dict(row.regs).get(popped) if popped is not None else None
+                if rule is not None and rule.kind is RuleKind.AT_CFA \
+                        and rule.offset == -row.cfa.offset:
+                    written_regs.discard(popped)
+        writes[insn.address] = written_regs
+        groups = set(insn.groups)
+        falls = not (groups & {3, 5}) and insn.mnemonic not in ("ud2", "hlt", "brk", "b")
+        target = None
+        if groups & {1, 7}:
+            imms = [op.imm for op in insn.operands if op.type == 2]
+            if imms:
+                target = imms[-1]
+            elif not groups & {2}:
+                indirect.append(insn.address)
+            if insn.mnemonic in ("jmp", "b", "br") or insn.mnemonic.endswith(" jmp"):
+                falls = False
+        if target is not None and target in preds:
+            preds[target].add(insn.address)
+        if falls and k + 1 < len(insns):
+            preds[insns[k + 1].address].add(insn.address)
+    tables: dict[int, list[int]] = {}
+    if indirect:
+        effects = list(decoder_for(section.arch).effects(code, fde.start))  # type: ignore[union-attr]
+        if None not in effects:
+            leaders = {e.target for e in effects if e is not None and e.target is not None}
+            sources: dict[int, list[int]] = {}
+            for k, e in enumerate(effects):
+                if e is not None and e.target is not None:
+                    sources.setdefault(e.target, []).append(k)
+            index = {e.address: k for k, e in enumerate(effects) if e is not None}
+            for site in indirect:
+                if section.arch.name == "amd64":
+                    found = amd64_jump_table(effects, index[site], leaders, section.code)  # type: ignore[arg-type]
+                else:
+                    found = aarch64_jump_table(effects, index[site], sources, section.code)  # type: ignore[arg-type]
+                if found is not None:
+                    tables[site] = found
+    for site in indirect:
+        for a in (tables[site] if site in tables else addrs):
+            if a in preds:
+                preds[a].add(site)
+    return addrs, preds, writes
+
+
+def _unwritten(section: SFrameSection, table: CFITable, fde: FDE, lo: int, hi: int,
+               reg: int) -> bool:
+    """No instruction that can run between the entry and any PC in [lo, hi) writes ``reg``."""
+    key = (section.name, fde.start)
+    graph = _GRAPHS.get(key)
+    if graph is None:
+        graph = _GRAPHS[key] = _graph(section, table, fde)
+    addrs, preds, writes = graph
+    todo = [a for a in addrs if lo <= a < hi]
+    seen = set(todo)
+    # The PCs inside [lo, hi) other than the first run before later ones.
+    for a in todo[:-1]:
+        if reg in writes[a]:
+            return False
+    while todo:
+        a = todo.pop()
+        for p in preds[a]:
+            if reg in writes[p]:
+                return False
+            if p not in seen:
+                seen.add(p)
+                todo.append(p)
+    return True
+
+
+_GRAPHS: dict[tuple[str, int], tuple[list[int], dict[int, set[int]], dict[int, set[int]]]] = {}
+
+
+def check(path: str) -> Result:
+    result = Result(path)
+    info = read_elf(path)
+    section = info.open()
+    assert section is not None, f"{path}: no .sframe"
+    assert section.code is not None, f"{path}: no code reader"
+    table = CFITable(path)
+    tracked = CALLEE_SAVED[section.arch.name]
+    for fde in section.iter_fdes():
+        if fde.is_pcmask:
+            continue
+        analysis = section.saved_analysis(fde)
+        result.notes[analysis.note or "analysed"] += 1
+        rows = table.fde_rows(fde.start)
+        slots: dict[int, set[int]] = {}
+        for row in rows:
+            for reg, rule in row.regs:
+                if rule.kind is RuleKind.AT_CFA:
+                    slots.setdefault(reg, set()).add(rule.offset)
+        for a, b, ours, eh in _intervals(analysis.spans, rows, fde.start, fde.end):
+            width = b - a
+            for reg in tracked:
+                mine, theirs = ours.get(reg), eh.get(reg)
+                if theirs is not None and theirs.kind is RuleKind.UNDEFINED:
+                    theirs = None
+                if theirs is None:
+                    if mine is None:
+                        name = "unknown-both"
+                    elif mine.kind is RuleKind.SAME_VALUE:
+                        name = "same-eh-silent"
+                    elif mine.kind is RuleKind.AT_CFA and mine.offset in slots.get(reg, ()):
+                        name = "slot-after-restore"
+                    else:
+                        name = ""
+                elif mine is None:
+                    name = "miss"
+                elif mine == theirs:
+                    name = "match"
+                elif mine.kind is RuleKind.SAME_VALUE and _unwritten(section, table, fde, a, b, reg):
+                    name = "same-proven-unwritten"
+                else:
+                    name = ""
+                if name:
+                    result.counts[name] += width
+                else:
+                    result.disagreements.append(
+                        f"{a:#x}..{b:#x} {section.arch.reg_name(reg)}: ours {mine}, eh_frame {theirs}")
+    return result
