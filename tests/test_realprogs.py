@@ -176,19 +176,14 @@ def test_cases_cover_every_breakpoint_once_per_build() -> None:
 # out of the comparison: gdb makes them only in its own DWARF unwinder (from
 # DW_TAG_call_site), and no Python unwinder can.
 #
-# Known plugin bug (these stops must be exactly these, so a fix or a new
-# failure both show): sframe_gdb.py looks a physical frame up at pc-1 whenever
-# its level is > 0. When frame 0 is an inlined function (a breakpoint at an
-# inline site), the physical frame is level 1 but its pc is the stop pc, not a
-# return address; when that pc starts an SFrame row (here right after
-# `push %rbx`), pc-1 takes the previous row, the RA read is not code and the
-# backtrace ends after frame 1 (cut, not wrong: checked below).
-PLUGIN_CUT_AFTER_INLINE_FRAME0 = {
-    ("bzip2", "bu2.40-v1"): {"makeMaps_e"},    # inlined in generateMTFValues, pc after push %rbx
-    ("bzip2", "bu2.44-v2"): {"makeMaps_e"},
-    ("bzip2", "busid-v3"): {"makeMaps_e"},
-    ("bzip2", "busid-v3-Os"): {"mainQSort3"},  # inlined in mainSort
-}
+# Fixed bug, kept as a regression check: a physical frame under an inlined
+# frame 0 used to be looked up at pc-1 (as a caller). Its pc is the stop pc,
+# not a return address; where that pc starts an SFrame row (bzip2's
+# makeMaps_e inlined in generateMTFValues, right after `push %rbx`;
+# mainQSort3 inlined in mainSort at -Os) the backtrace was cut after frame 1.
+# gdb_plugin now takes such a frame as the innermost unless a call ends at its
+# pc. No stop may differ from the twin's any more.
+PLUGIN_CUT_AFTER_INLINE_FRAME0: dict[tuple[str, str], set[str]] = {}
 PLUGIN_BUILDS = BUILDS
 
 
