@@ -35,11 +35,11 @@ from typing import NamedTuple
 from .abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
 from .errors import FormatError
 from .format import FDE
-from .rows import UNDEFINED, CFARule, Row, Rule, RuleKind
+from .rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
 from .section import SFrameSection
 
 __all__ = ["CALLEE_SAVED", "MAX_BLOCKS", "debug_frame", "encode_rows", "Function",
-           "functions"]
+           "functions", "entry_function"]
 
 # Registers the psABI makes callee-saved (DWARF numbers), besides the FP and
 # RA columns that every row gives a rule for.
@@ -287,12 +287,26 @@ def functions(section: SFrameSection,
                                pac and fde.pauth_key == 1)
 
 
+def entry_function(start: int, end: int) -> Function:
+    """An FDE for an executable's entry function (``_start``) that SFrame does not cover.
+
+    Nothing calls ``_start``: its RA is undefined, which is what libc's own
+    CFI for it says and how DWARF consumers know to stop there rather than
+    unwind into whatever the stack holds. ``start``/``end`` come from
+    ``Module.entry_function`` (``e_entry`` up to the next FDE, 64 bytes at most).
+    """
+    row = Row(start, end, start, None, UNDEFINED, SAME, outermost=True)
+    return Function(start, end, [row], False, False)
+
+
 def debug_frame(section: SFrameSection,
-                rows_for: Callable[[FDE, int], list[Row]] | None = None) -> bytes:
+                rows_for: Callable[[FDE, int], list[Row]] | None = None, *,
+                extra: Iterable[Function] = ()) -> bytes:
     """The ``.debug_frame`` contents for every function of ``section``.
 
     Addresses are those ``section`` was opened at: open it at its file
-    address (``ElfSFrame.open()``) for a symbol file.
+    address (``ElfSFrame.open()``) for a symbol file. ``extra`` adds FDEs
+    for code SFrame does not describe (``entry_function``).
 
     :raises FormatError: the section is corrupt (nothing is returned then).
     """
@@ -323,7 +337,7 @@ def debug_frame(section: SFrameSection,
             out.extend(pad(body))
         return cies[key]
 
-    for func in functions(section, rows_for):
+    for func in (*functions(section, rows_for), *extra):
         cie = cie_for(func.signal, func.b_key)
         body = bytearray(u32.pack(cie) + u64.pack(func.start) + u64.pack(func.end - func.start))
         if func.signal or func.b_key:

@@ -33,9 +33,11 @@ import zlib
 from collections.abc import Iterable, Sequence
 from typing import BinaryIO, NamedTuple
 
-from .dwarf import debug_frame
+from .abi import AMD64
+from .dwarf import debug_frame, entry_function
 from .elf import read_elf
 from .errors import FileError, FormatError, SFrameError
+from .modules import Module
 from .symbols import DEBUG_ROOTS
 
 __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "write_symbol_file",
@@ -388,8 +390,11 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes) ->
         ptype, flags, offset, vaddr, paddr, filesz, memsz, palign = ph
         if ptype == _PT_NOTE and vaddr in note_at:
             offset = note_at[vaddr]
-        elif ptype == _PT_PHDR:
-            offset, filesz = _EHDR_SIZE, len(phdrs) * _PHDR_SIZE
+        elif ptype == _PT_PHDR or (ptype == _PT_LOAD and offset == 0 and filesz):
+            # The headers are where they were: the first segment still maps them.
+            headers = _EHDR_SIZE + len(phdrs) * _PHDR_SIZE
+            offset, filesz = (_EHDR_SIZE, headers - _EHDR_SIZE) if ptype == _PT_PHDR \
+                else (0, min(filesz, headers))
         else:
             # As objcopy: the segment keeps its addresses and sizes in memory
             # but no bytes; the offset stays congruent to the address.
@@ -439,7 +444,14 @@ def _frame(path: str) -> bytes:
         raise FileError(f"{path}: no .sframe section")
     try:
         section.validate()
-        return debug_frame(section)
+        extra = []
+        # As the gdb adapter does: only amd64's _start is known to be the
+        # short, FDE-less entry function everywhere.
+        if section.arch.abi_id == AMD64.abi_id:
+            span = Module(path, 0, (), elf=info).entry_function()
+            if span is not None:
+                extra.append(entry_function(*span))
+        return debug_frame(section, extra=extra)
     except FormatError as exc:
         text = str(exc)
         raise FormatError(text if text.startswith(f"{path}:") else f"{path}: .sframe: {text}"
