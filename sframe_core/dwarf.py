@@ -39,7 +39,7 @@ from .rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
 from .section import SFrameSection
 
 __all__ = ["CALLEE_SAVED", "MAX_BLOCKS", "debug_frame", "encode_rows", "Function",
-           "functions", "entry_function"]
+           "functions", "entry_function", "encode_functions"]
 
 # Registers the psABI makes callee-saved (DWARF numbers), besides the FP and
 # RA columns that every row gives a rule for.
@@ -310,7 +310,11 @@ def debug_frame(section: SFrameSection,
 
     :raises FormatError: the section is corrupt (nothing is returned then).
     """
-    arch = section.arch
+    return encode_functions((*functions(section, rows_for), *extra), section.arch)
+
+
+def encode_functions(funcs: Iterable[Function], arch: Arch) -> bytes:
+    """A ``.debug_frame`` section holding one FDE per function, CIEs as needed."""
     endian = ">" if arch.big_endian else "<"
     u32, u64 = struct.Struct(endian + "I"), struct.Struct(endian + "Q")
     out = bytearray()
@@ -337,7 +341,7 @@ def debug_frame(section: SFrameSection,
             out.extend(pad(body))
         return cies[key]
 
-    for func in (*functions(section, rows_for), *extra):
+    for func in funcs:
         cie = cie_for(func.signal, func.b_key)
         body = bytearray(u32.pack(cie) + u64.pack(func.start) + u64.pack(func.end - func.start))
         if func.signal or func.b_key:

@@ -295,9 +295,11 @@ def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes) -> None:
+def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
+           debuglink: bytes | None = None) -> None:
     """Write the symbol file: ``base``'s sections (the module, or its debug file)
-    as ``objcopy --only-keep-debug`` keeps them, plus ``frame`` as ``.debug_frame``.
+    as ``objcopy --only-keep-debug`` keeps them, plus ``frame`` as ``.debug_frame``
+    (and ``debuglink`` as ``.gnu_debuglink``, see ``_debuglink``).
 
     The ELF and program headers are the module's, so the file describes the
     same layout; segments hold no bytes except notes.
@@ -305,7 +307,6 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes) ->
     endian = ">" if module.big_endian else "<"
     src = base
     sections = list(src.sections)
-    frame_index = next((i for i, s in enumerate(sections) if s.name == ".debug_frame"), None)
     names = b""
     if sections:
         strtab = sections[src.shstrndx]
@@ -327,10 +328,23 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes) ->
         src = module
     else:
         shstrndx = src.shstrndx
-    if frame_index is None:
-        frame_index = len(sections)
-        sections.append(_Section(".debug_frame", _SHT_PROGBITS, 0, 0, 0, 0, 0, 0, 8, 0, len(names)))
-        names += b".debug_frame\0"
+    own: dict[int, bytes] = {}  # contents written here, by section index
+
+    def provide(name: str, data: bytes, align: int) -> None:
+        nonlocal names
+        index = next((i for i, sec in enumerate(sections) if i and sec.name == name), None)
+        if index is None:
+            index = len(sections)
+            sections.append(_Section(name, _SHT_PROGBITS, 0, 0, 0, 0, 0, 0, align, 0, len(names)))
+            names += name.encode() + b"\0"
+        else:
+            sections[index] = sections[index]._replace(type=_SHT_PROGBITS, flags=0, align=align)
+        own[index] = data
+
+    provide(".debug_frame", frame, 8)
+    if debuglink is not None:
+        provide(".gnu_debuglink", debuglink, 4)
+    own[shstrndx] = names
 
     phdrs = module.phdrs
     pos = _EHDR_SIZE + len(phdrs) * _PHDR_SIZE
@@ -342,20 +356,15 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes) ->
             if index == 0:
                 placed.append((_SHT_NULL, 0, 0, 0))
                 continue
-            if index == shstrndx:
-                data = names
-            elif index == frame_index:
-                data = frame
-            elif sec.type in (_SHT_NOBITS, _SHT_NULL) or (sec.flags & _SHF_ALLOC
-                                                           and sec.type != _SHT_NOTE):
+            data = own.get(index)
+            if data is None and (sec.type in (_SHT_NOBITS, _SHT_NULL)
+                                 or (sec.flags & _SHF_ALLOC and sec.type != _SHT_NOTE)):
                 placed.append((_SHT_NOBITS if sec.type != _SHT_NULL else _SHT_NULL, pos, sec.size,
                                index))
                 continue
-            else:
-                data = b""
             pos = _align(pos, sec.align)
             out.seek(pos)
-            if index in (shstrndx, frame_index):
+            if data is not None:
                 out.write(data)
                 size = len(data)
             else:
@@ -370,7 +379,7 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes) ->
                     left -= len(chunk)
             if sec.type == _SHT_NOTE and sec.flags & _SHF_ALLOC:
                 note_at[sec.addr] = pos
-            placed.append((sec.type if index != frame_index else _SHT_PROGBITS, pos, size, index))
+            placed.append((sec.type, pos, size, index))
             pos += size
     shoff = _align(pos, 8)
     out.seek(shoff)
@@ -379,11 +388,8 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes) ->
         if index == 0:
             table += bytes(_SHDR_SIZE)
             continue
-        flags, align = sec.flags, sec.align
-        if index == frame_index:
-            flags, align = 0, 8
-        table += struct.pack(endian + "IIQQQQIIQQ", sec.name_offset, stype, flags, sec.addr, offset,
-                             size, sec.link, sec.info, align, sec.entsize)
+        table += struct.pack(endian + "IIQQQQIIQQ", sec.name_offset, stype, sec.flags, sec.addr,
+                             offset, size, sec.link, sec.info, sec.align, sec.entsize)
     out.write(table)
     out.seek(_EHDR_SIZE)
     for ph in phdrs:
@@ -425,6 +431,33 @@ class _Plan(NamedTuple):
     sframe: bytes
 
 
+def _debuglink(plan: _Plan) -> bytes | None:
+    """The ``.gnu_debuglink`` the symbol file needs so LLDB matches it to a
+    module without build-id, or None.
+
+    LLDB's UUID for an ELF file without build-id is the CRC its
+    ``.gnu_debuglink`` holds, or else the CRC of the whole file. So the
+    symbol file carries the module's own debuglink when the copied sections
+    lack one, and for a module with neither build-id nor debuglink a link
+    holding the CRC of the module file (under a name no file has), which is
+    the module's UUID in LLDB.
+    """
+    module = plan.module
+    if module.build_id is not None or plan.base.section(".gnu_debuglink") is not None:
+        return None
+    endian = ">" if module.big_endian else "<"
+    if module.debuglink is not None:
+        name, crc = module.debuglink
+    else:
+        whole = _crc32(module.path)
+        if whole is None:
+            return None
+        name, crc = f"{os.path.basename(module.path)}.sframe-gdb", whole
+    raw = os.fsencode(name) + b"\0"
+    raw += bytes(-len(raw) % 4)
+    return raw + struct.pack(endian + "I", crc)
+
+
 def _plan(path: str, debug_roots: Sequence[str]) -> _Plan:
     module = read_module(path)
     if module.elf_type == _ET_REL:
@@ -464,7 +497,7 @@ def _write_atomically(target: str, plan: _Plan, frame: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".sframe-tmp-", suffix=".debug", dir=directory)
     try:
         with os.fdopen(fd, "w+b") as out:
-            _write(out, plan.module, plan.base, frame)
+            _write(out, plan.module, plan.base, frame, _debuglink(plan))
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, 0o644)
@@ -483,7 +516,7 @@ def symbol_file_bytes(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS) -> by
 
     plan = _plan(path, debug_roots)
     buffer = io.BytesIO()
-    _write(buffer, plan.module, plan.base, _frame(path))
+    _write(buffer, plan.module, plan.base, _frame(path), _debuglink(plan))
     return buffer.getvalue()
 
 
