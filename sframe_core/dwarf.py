@@ -227,7 +227,11 @@ def encode_rows(rows: Iterable[Row], arch: Arch, start: int) -> bytes:
         if new_cfa is not None and new_cfa != cfa:
             out += _cfa_ops(new_cfa, cfa)
             cfa = new_cfa
-        for reg in sorted(set(current) | set(rules)):
+        if rules == current:
+            regs: Iterable[int] = ()
+        else:
+            regs = sorted(set(current) | set(rules))
+        for reg in regs:
             rule = rules.get(reg)
             if rule == current.get(reg) and reg in current:
                 continue

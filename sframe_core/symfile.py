@@ -476,7 +476,7 @@ def _frame(path: str) -> bytes:
     if section is None:
         raise FileError(f"{path}: no .sframe section")
     try:
-        section.validate()
+        # debug_frame decodes every FDE and FRE, with the checks lookups make.
         extra = []
         # As the gdb adapter does: only amd64's _start is known to be the
         # short, FDE-less entry function everywhere.
