@@ -345,11 +345,22 @@ def encode_functions(funcs: Iterable[Function], arch: Arch) -> bytes:
             out.extend(pad(body))
         return cies[key]
 
+    # Functions repeat a few row shapes (leaf, push-rbp prologue, ...): their
+    # programs are encoded once.
+    programs: dict[tuple[object, ...], bytes] = {}
     for func in funcs:
         cie = cie_for(func.signal, func.b_key)
         body = bytearray(u32.pack(cie) + u64.pack(func.start) + u64.pack(func.end - func.start))
         if func.signal or func.b_key:
             body += _uleb(0)
-        body += encode_rows(func.rows, arch, func.start)
+        shape = tuple((r.start - func.start, r.cfa, r.ra, r.fp, r.regs, r.ra_signed, r.outermost)
+                      for r in func.rows)
+        program = programs.get(shape)
+        if program is None:
+            program = encode_rows(func.rows, arch, func.start)
+            if len(programs) >= 4096:
+                programs.clear()
+            programs[shape] = program
+        body += program
         out.extend(pad(body))
     return bytes(out)

@@ -357,6 +357,32 @@ def test_symbol_file_layout(parts: tuple[str, ...], tmp_path: Path) -> None:
     assert made.build_id in res.stdout
 
 
+def test_symbol_file_without_section_headers(tmp_path: Path) -> None:
+    """A module whose section headers are gone (found through PT_GNU_SFRAME):
+    the notes become sections (the build-id is kept), .debug_frame is added,
+    and its rows are the SFrame rows."""
+    source = _fixture("x86_64", "busid-v3", "deep.noeh.stripped")
+    module = tmp_path / "noshdr"
+    data = bytearray(source.read_bytes())
+    data[0x28:0x30] = bytes(8)  # e_shoff
+    data[0x3A:0x40] = bytes(6)  # e_shentsize, e_shnum, e_shstrndx
+    module.write_bytes(bytes(data))
+    out = tmp_path / "out.debug"
+    made = symfile.write_symbol_file(str(module), str(out))
+    assert made.build_id == symfile.read_module(str(source)).build_id
+    assert symfile.read_module(str(out)).build_id == made.build_id
+    assert [name for name, *_ in _sections(out)] == ["", ".note", ".note", ".note", ".shstrtab",
+                                                    ".debug_frame"]
+    section = read_elf(source).open()
+    assert section is not None
+    table = CFITable(str(out))
+    for fde in section.iter_fdes():
+        for pc in range(fde.start, fde.end):
+            srow, drow = section.row_at(pc), table.row_at(pc)
+            assert srow is not None and drow is not None
+            assert _key(drow, AMD64) == _key(srow, AMD64), hex(pc)
+
+
 def _build(tmp_path: Path, name: str, *flags: str) -> Path:
     """A -g program built here with the host gcc and gas --gsframe, .eh_frame removed."""
     gcc, objcopy = shutil.which("gcc"), shutil.which("objcopy")
