@@ -20,15 +20,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_lookup import encode  # noqa: E402
+from bench_lookup import best, encode  # noqa: E402
 
 from sframe_core import symfile  # noqa: E402
 from sframe_core.dwarf import debug_frame  # noqa: E402
@@ -38,15 +36,6 @@ from sframe_core.section import SFrameSection  # noqa: E402
 REAL = ROOT / "tests" / "fixtures" / "realprogs"
 FIX = ROOT / "tests" / "fixtures" / "x86_64" / "busid-v3"
 RELOAD_TARGET = 0.050
-
-
-def best(fn: Callable[[], object], repeat: int = 5) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def demo(tmp: Path) -> Path | None:
