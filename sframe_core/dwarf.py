@@ -317,8 +317,12 @@ def debug_frame(section: SFrameSection,
     return encode_functions((*functions(section, rows_for), *extra), section.arch)
 
 
-def encode_functions(funcs: Iterable[Function], arch: Arch) -> bytes:
-    """A ``.debug_frame`` section holding one FDE per function, CIEs as needed."""
+def encode_functions(funcs: Iterable[Function], arch: Arch, *, offset: int = 0) -> bytes:
+    """A ``.debug_frame`` section holding one FDE per function, CIEs as needed.
+
+    ``offset``: where these bytes will start in the section (after a
+    compiler's own entries), as CIE pointers are section offsets.
+    """
     endian = ">" if arch.big_endian else "<"
     u32, u64 = struct.Struct(endian + "I"), struct.Struct(endian + "Q")
     out = bytearray()
@@ -341,7 +345,7 @@ def encode_functions(funcs: Iterable[Function], arch: Arch) -> bytes:
             if augmentation:
                 body += _uleb(0)  # no augmentation data
             body += _cie_program(arch)
-            cies[key] = len(out)
+            cies[key] = offset + len(out)
             out.extend(pad(body))
         return cies[key]
 

@@ -443,6 +443,36 @@ def test_debug_info_is_kept(tmp_path: Path) -> None:
     assert made.debug_source is None
 
 
+def test_compiler_debug_frame_is_kept(tmp_path: Path) -> None:
+    """gcc -g -fno-asynchronous-unwind-tables writes its CFI to .debug_frame,
+    with callee-saved registers SFrame does not have: it is kept whole, and
+    FDEs are added only for functions it does not cover (crt code, PLT)."""
+    program = _build(tmp_path, "dframe", "-fno-asynchronous-unwind-tables")
+    own = _section_bytes(program, ".debug_frame")
+    out = tmp_path / "out.debug"
+    symfile.write_symbol_file(str(program), str(out), debug_roots=())
+    assert _section_bytes(out, ".debug_frame").startswith(own)
+    compiler, ours = CFITable(str(program)), CFITable(str(out))
+    section = read_elf(program).open()
+    assert section is not None
+    kept = added = 0
+    for fde in section.iter_fdes():
+        for pc in range(fde.start, fde.end):
+            row = ours.row_at(pc)
+            want = compiler.row_at(pc)
+            if want is None:
+                want = section.row_at(pc)
+                added += 1
+            else:
+                kept += 1
+            assert row is not None and want is not None
+            assert _key(row, AMD64) == _key(want, AMD64), hex(pc)
+    assert kept > 100 and added > 0
+    assert any(rule.kind is CFA_AT for row in (compiler.row_at(pc) for pc in range(
+        section.get_fde(0).start, section.get_fde(section.num_fdes - 1).end)) if row
+        for _, rule in row.regs), "the compiler's CFI saves no callee-saved register here"
+
+
 def _sections_by_name(path: Path) -> dict[str, str]:
     return {name: stype for name, stype, *_ in _sections(path)}
 
