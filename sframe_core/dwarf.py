@@ -353,6 +353,9 @@ def encode_functions(funcs: Iterable[Function], arch: Arch, *, offset: int = 0) 
     # programs are encoded once.
     programs: dict[tuple[object, ...], bytes] = {}
     for func in funcs:
+        if not 0 <= func.start < func.end <= 1 << 64:
+            raise FormatError(f"function at {func.start:#x}-{func.end:#x} is outside the "
+                              "64-bit address space")
         cie = cie_for(func.signal, func.b_key)
         body = bytearray(u32.pack(cie) + u64.pack(func.start) + u64.pack(func.end - func.start))
         if func.signal or func.b_key:

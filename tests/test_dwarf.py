@@ -31,6 +31,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, Entry, manifest_params, require
 from elftools.elf.elffile import ELFFile
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sframe_core import symfile
 from sframe_core.abi import AARCH64_LE, AMD64, S390X, Arch
@@ -665,3 +667,41 @@ def test_round_trip_realprogs(noeh: Path | None, twin: Path | None, tmp_path: Pa
             assert _key(drow, arch) == _key(srow, arch), f"{pc:#x}:\n {srow}\n {drow}"
             compared += 1
     assert compared >= 200
+
+
+# -- hostile input ---------------------------------------------------------------------------
+
+
+def _seed() -> tuple[bytes, int]:
+    path = _fixture("x86_64", "busid-v3", "realign.noeh")
+    info = read_elf(path)
+    assert info.data is not None and info.sframe_address is not None
+    return info.data, info.sframe_address
+
+
+@settings(max_examples=150, deadline=2000, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(flips=st.lists(st.integers(min_value=0, max_value=8 * 400 - 1), min_size=1, max_size=6))
+def test_mutated_sframe_gives_one_error_or_rows(flips: list[int]) -> None:
+    """Flipped bits in a real section: debug_frame either encodes or raises
+    SFrameError (nothing else), quickly, in bounded memory."""
+    import tracemalloc
+
+    from sframe_core.section import SFrameSection
+
+    data, address = _seed()
+    raw = bytearray(data)
+    for bit in flips:
+        if bit // 8 < len(raw):
+            raw[bit // 8] ^= 1 << (bit % 8)
+    tracemalloc.start()
+    try:
+        try:
+            section = SFrameSection(bytes(raw), address)
+            debug_frame(section)
+        except SFrameError:
+            pass
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"peak allocation {peak} bytes"
