@@ -604,6 +604,9 @@ def test_cli_to_dwarf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     (["{txt}"], "{txt}: not an ELF file"),
     (["{nosframe}"], "{nosframe}: no .sframe section"),
     (["{module}", "-o", "{tmp}/missing/out"], "{tmp}/missing/out: No such file or directory"),
+    (["{nosframe}", "-o", "{nosframe}"], "{nosframe}: is the module itself; give another "
+                                         "output file"),
+    (["{nobid}", "--build-id-dir", "{tmp}/d"], "{nobid}: no build-id note: use -o OUT"),
 ])
 def test_cli_to_dwarf_errors(args: list[str], message: str, tmp_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
@@ -618,11 +621,17 @@ def test_cli_to_dwarf_errors(args: list[str], message: str, tmp_path: Path,
     subprocess.run([objcopy, "--remove-section=.sframe", names["module"], str(nosframe)],
                    check=True)
     names["nosframe"] = str(nosframe)
+    nobid = tmp_path / "nobid"
+    subprocess.run([objcopy, "--remove-section=.note.gnu.build-id", names["module"], str(nobid)],
+                   check=True)
+    names["nobid"] = str(nobid)
+    before = nosframe.read_bytes()
     assert main(["to-dwarf", *[a.format(**names) for a in args]]) == 1
     captured = capsys.readouterr()
     assert captured.err == f"sframe: {message.format(**names)}\n"
     assert captured.out == ""
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["nosframe"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nobid", "nosframe"]
+    assert nosframe.read_bytes() == before
 
 
 # -- real programs ------------------------------------------------------------------------
@@ -679,7 +688,9 @@ def _seed() -> tuple[bytes, int]:
     return info.data, info.sframe_address
 
 
-@settings(max_examples=150, deadline=2000, derandomize=True,
+# No deadline: on the shared 2-core test machine one example took 12 s once
+# (0.8 s when rerun); the bound that matters is MAX_BLOCKS, checked above.
+@settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(flips=st.lists(st.integers(min_value=0, max_value=8 * 400 - 1), min_size=1, max_size=6))
 def test_mutated_sframe_gives_one_error_or_rows(flips: list[int]) -> None:
