@@ -29,8 +29,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, Entry, manifest_params, require
 from elftools.elf.elffile import ELFFile
+from helpers import FIXTURES, need, no_section_headers
+from helpers.manifest import Entry, manifest_params, require
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -306,10 +307,7 @@ def test_corrupt_pcmask_is_bounded() -> None:
 
 
 def _fixture(*parts: str) -> Path:
-    path = FIXTURES.joinpath(*parts)
-    if not path.exists():
-        pytest.fail(f"fixture missing: {path} (run tests/fixtures/build.sh)")
-    return path
+    return need(FIXTURES.joinpath(*parts))
 
 
 def _sections(path: str | Path) -> list[tuple[str, str, int, int, int]]:
@@ -364,11 +362,7 @@ def test_symbol_file_without_section_headers(tmp_path: Path) -> None:
     the notes become sections (the build-id is kept), .debug_frame is added,
     and its rows are the SFrame rows."""
     source = _fixture("x86_64", "busid-v3", "deep.noeh.stripped")
-    module = tmp_path / "noshdr"
-    data = bytearray(source.read_bytes())
-    data[0x28:0x30] = bytes(8)  # e_shoff
-    data[0x3A:0x40] = bytes(6)  # e_shentsize, e_shnum, e_shstrndx
-    module.write_bytes(bytes(data))
+    module = no_section_headers(source, tmp_path / "noshdr")
     out = tmp_path / "out.debug"
     made = symfile.write_symbol_file(str(module), str(out))
     assert made.build_id == symfile.read_module(str(source)).build_id
@@ -638,7 +632,7 @@ def test_cli_to_dwarf_errors(args: list[str], message: str, tmp_path: Path,
 
 
 def _realprog_builds() -> list[object]:
-    from realprogs import available, builds
+    from helpers.realprogs import available, builds
 
     if not available():
         return [pytest.param(None, None, id="realprogs-missing")]
