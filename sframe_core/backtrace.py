@@ -2,7 +2,7 @@
 
 Used by ``sframe backtrace`` (cores and live processes): a *target* is
 anything with an ``arch``, ``threads``, ``mappings``, ``memory`` and
-``pac_mask`` (``corefile.CoreFile``, ``ptrace.Process``). Walking is
+``pac_mask`` (``corefile.CoreFile``, ``ptrace.Snapshot``). Walking is
 ``unwind.walk``; this module only adds names and words, so the step function
 stays the one place with unwinding rules. Its formatter, ``thread_lines``,
 also prints the LLDB ``sframe bt`` command (in LLDB's style, ``LLDB_STYLE``).
@@ -48,7 +48,7 @@ class _Thread(Protocol):
 
 
 class Target(Protocol):
-    """A stopped process: a core file or a ptrace-attached process."""
+    """A stopped process: a core file or a copy of a live process (``ptrace.Snapshot``)."""
 
     @property
     def arch(self) -> Arch: ...
@@ -128,16 +128,27 @@ def trace_thread(thread: _Thread, modules: ModuleTable, memory: Memory, arch: Ar
     return ThreadTrace(thread.lwp, tuple(lines), stop)
 
 
-def trace_target(target: Target, *, sources: Sequence[str] = SOURCES, sysroot: str | None = None,
-                 max_frames: int = MAX_FRAMES, warnings: list[str] | None = None,
-                 ) -> list[ThreadTrace]:
-    """Every thread's backtrace, in the target's thread order."""
+def module_table(mappings: Sequence[Mapping], *, sources: Sequence[str] = SOURCES,
+                 sysroot: str | None = None, warnings: list[str] | None = None) -> ModuleTable:
+    """The target's modules, each table that fails to load reported once in ``warnings``."""
     def on_error(module: Module, exc: SFrameError) -> None:
         if warnings is not None:
-            warnings.append(str(exc) if module.name in str(exc) else f"{module.name}: {exc}")
+            text = str(exc)
+            warnings.append(text if module.name in text or module.path in text
+                            else f"{module.name}: {text}")
 
-    modules = ModuleTable.from_mappings(target.mappings, sysroot=sysroot, sources=sources,
-                                        on_error=on_error)
+    return ModuleTable.from_mappings(mappings, sysroot=sysroot, sources=sources,
+                                     on_error=on_error)
+
+
+def trace_target(target: Target, *, sources: Sequence[str] = SOURCES, sysroot: str | None = None,
+                 max_frames: int = MAX_FRAMES, warnings: list[str] | None = None,
+                 modules: ModuleTable | None = None) -> list[ThreadTrace]:
+    """Every thread's backtrace, in the target's thread order (``modules``:
+    the target's module table, when it was built beforehand)."""
+    if modules is None:
+        modules = module_table(target.mappings, sources=sources, sysroot=sysroot,
+                               warnings=warnings)
     symbols = Symbolizer()
     return [trace_thread(t, modules, target.memory, target.arch, symbols,
                          max_frames=max_frames, pac_mask=target.pac_mask)
@@ -274,6 +285,12 @@ def _emit(traces: list[ThreadTrace], warnings: list[str], as_json: bool, out: Te
 def run(args: argparse.Namespace) -> int:
     """``sframe backtrace``; errors are SFrameError, printed by the CLI as one line."""
     warnings: list[str] = []
+    if args.exe is not None:
+        # The user named it: a bad executable is the command's error, not a
+        # warning after a backtrace without it.
+        from .elf import read_elf
+
+        read_elf(args.exe)
     if args.core is not None:
         from .corefile import open_core
 
@@ -281,12 +298,27 @@ def run(args: argparse.Namespace) -> int:
             traces = trace_target(core, sources=args.source, sysroot=args.sysroot,
                                   max_frames=args.max_frames, warnings=warnings)
     else:
-        from .ptrace import attach
-
-        # The process is stopped only while it is walked: output comes after
-        # detaching, so a slow terminal never keeps it stopped.
-        with attach(args.pid) as process:
-            traces = trace_target(process, sources=args.source, sysroot=args.sysroot,
-                                  max_frames=args.max_frames, warnings=warnings)
+        traces = _trace_pid(args, warnings)
     _emit(traces, warnings, args.json, sys.stdout)
     return 0
+
+
+def _trace_pid(args: argparse.Namespace, warnings: list[str]) -> list[ThreadTrace]:
+    """Every file is opened before the process is stopped, and it is stopped
+    only while its registers and stacks are copied: the walk, the names and
+    the output work on the copy, so nothing slow or blocking happens while
+    it is stopped."""
+    from .ptrace import snapshot, survey
+
+    try:
+        info = survey(args.pid)
+        modules = module_table(info.mappings, sources=args.source, sysroot=args.sysroot,
+                               warnings=warnings)
+        for module in modules.modules:
+            module.sframe  # noqa: B018 - open each SFrame section now, not later
+        copy = snapshot(info, sysroot=args.sysroot)
+        warnings[:0] = copy.notes
+        return trace_target(copy, max_frames=args.max_frames, warnings=warnings,
+                            modules=modules)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"interrupted; process {args.pid} was left as it was") from None

@@ -553,10 +553,9 @@ class CFITable:
         assert self._path is not None
         from elftools.elf.elffile import ELFFile
 
-        with reading_elf(self.name), open(self._path, "rb") as stream:
-            if stream.read(4) != b"\x7fELF":
-                raise FileError(f"{self.name}: not an ELF file")
-            stream.seek(0)
+        from .files import open_elf
+
+        with reading_elf(self.name), open_elf(self._path, self.name) as stream:
             self._index = self._read(ELFFile(stream))
         return self._index
 

@@ -22,6 +22,7 @@ from .describe import describe_row, lookup_text
 from .dump import dump_json, dump_lines, fde_json, fre_json
 from .elf import read_elf
 from .errors import FileError, SFrameError
+from .files import MAX_SECTION_SIZE, read_regular
 from .section import SFrameSection
 from .version import __version__
 
@@ -94,11 +95,7 @@ def open_input(args: argparse.Namespace) -> Input:
     """
     if args.raw is not None:
         label = args.raw
-        try:
-            with open(args.raw, "rb") as stream:
-                data = stream.read()
-        except OSError as exc:
-            raise FileError(f"{label}: {exc.strerror or exc}") from None
+        data = read_regular(args.raw, MAX_SECTION_SIZE, "SFrame section")
         try:
             section = SFrameSection(data, args.address or 0, name=label)
         except SFrameError as exc:
@@ -308,6 +305,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(exc))  # exits 2
         except BrokenPipeError:
             raise
+        except KeyboardInterrupt as exc:
+            if args.traceback:
+                raise
+            _error(sys.stderr, str(exc) or "interrupted")
+            return 130
         except (SFrameError, CommandFailed) as exc:
             if args.traceback:
                 raise

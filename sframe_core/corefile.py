@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 
 from .abi import AARCH64_BE, AARCH64_LE, AMD64, Arch, arch_for_machine
 from .errors import FileError, reading_elf
+from .files import check_elf_layout, open_elf, open_regular
 from .modules import Mapping
 
 __all__ = [
@@ -210,8 +211,8 @@ class CoreMemory:
         path = mapping.path
         if path not in self._files:
             try:
-                self._files[path] = open(self._resolve(path), "rb")
-            except OSError:
+                self._files[path] = open_regular(self._resolve(path))
+            except FileError:
                 self._files[path] = None
         stream = self._files[path]
         if stream is None:
@@ -289,7 +290,7 @@ def _exe_mappings(exe: str, entry: int, mappings: list[Mapping]) -> list[Mapping
                 for m in mappings]
     from elftools.elf.elffile import ELFFile
 
-    with reading_elf(exe, "not a usable ELF file"), open(exe, "rb") as stream:
+    with reading_elf(exe, "not a usable ELF file"), open_elf(exe) as stream:
         elf = ELFFile(stream)
         bias = entry - elf["e_entry"]
         loads = [(s["p_vaddr"], s["p_memsz"], s["p_offset"]) for s in elf.iter_segments()
@@ -307,15 +308,11 @@ def open_core(path: str, *, exe: str | None = None, sysroot: str | None = None) 
     """
     from elftools.elf.elffile import ELFFile
 
+    stream = open_regular(path)
     try:
-        stream = open(path, "rb")
-    except OSError as exc:
-        raise FileError(f"{path}: {exc.strerror or exc}") from None
-    try:
-        if stream.read(4) != b"\x7fELF":
-            raise FileError(f"{path}: not an ELF file")
-        stream.seek(0)
         with reading_elf(path, "malformed ELF core"):
+            check_elf_layout(stream, path)
+            stream.seek(0)
             elf = ELFFile(stream)
             if elf["e_type"] != "ET_CORE":
                 raise FileError(f"{path}: not a core file (ELF type {elf['e_type']})")

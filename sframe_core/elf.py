@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .errors import FileError, FormatError, reading_elf
+from .files import MAX_SECTION_SIZE, open_elf
 from .format import HEADER_SIZE, parse_header
 from .section import SFrameSection
 
@@ -127,17 +128,21 @@ def _apply_relocations(elf: Any, section: Any, data: bytearray) -> bool:
 def read_elf(path: str | os.PathLike[str]) -> ElfSFrame:
     """Read what unwinding needs from an ELF file.
 
-    :raises FileError: the file is missing, unreadable or not ELF.
+    :raises FileError: the file is missing, unreadable, not a regular file,
+        not ELF, or its headers claim more than the file holds.
     """
     from elftools.elf.elffile import ELFFile
 
     name = os.fspath(path)
-    with reading_elf(name), open(name, "rb") as stream:
-        if stream.read(4) != b"\x7fELF":
-            raise FileError(f"{name}: not an ELF file")
-        stream.seek(0)
+    with reading_elf(name), open_elf(name) as stream:
         elf = ELFFile(stream)
         return _read(elf, name)
+
+
+def _check_sframe_size(name: str, size: int) -> None:
+    if size > MAX_SECTION_SIZE:
+        raise FileError(f"{name}: .sframe claims {size} bytes, more than any SFrame section "
+                        f"(limit {MAX_SECTION_SIZE >> 20} MiB)")
 
 
 def _read(elf: Any, name: str) -> ElfSFrame:
@@ -154,6 +159,7 @@ def _read(elf: Any, name: str) -> ElfSFrame:
         elif section.name == ".sframe" and section["sh_type"] != "SHT_NOBITS":
             sframe = section
     if sframe is not None:
+        _check_sframe_size(name, sframe["sh_size"])
         address = sframe["sh_addr"]
         raw = bytearray(sframe.data())
         if elf["e_type"] == "ET_REL" and len(raw) >= HEADER_SIZE:
@@ -165,6 +171,7 @@ def _read(elf: Any, name: str) -> ElfSFrame:
             ptype = segment["p_type"]
             if ptype == PT_GNU_SFRAME or ptype == "PT_GNU_SFRAME":
                 address = segment["p_vaddr"]
+                _check_sframe_size(name, segment["p_filesz"])
                 data = segment.data()
                 from_segment = True
                 # p_filesz can exceed the section: keep what the header claims.

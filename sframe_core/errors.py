@@ -10,8 +10,8 @@ import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["SFrameError", "FormatError", "FileError", "ProcessError", "foreign_errors",
-           "reading_elf"]
+__all__ = ["SFrameError", "FormatError", "FileError", "NotELFError", "ProcessError",
+           "foreign_errors", "reading_elf"]
 
 
 class SFrameError(Exception):
@@ -34,6 +34,10 @@ class FormatError(SFrameError):
 
 class FileError(SFrameError):
     """A file cannot be used: missing, unreadable, not ELF, or without SFrame."""
+
+
+class NotELFError(FileError):
+    """A regular file that is not ELF: a data file a process maps is no error."""
 
 
 class ProcessError(SFrameError):

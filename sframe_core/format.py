@@ -10,6 +10,7 @@ what they are asked for, so that answering one PC never walks the section.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 from .abi import arch_for_abi
@@ -21,6 +22,7 @@ __all__ = [
     "FRE_TYPE_ADDR1", "FRE_TYPE_ADDR2", "FRE_TYPE_ADDR4", "PC_TYPE_INC", "PC_TYPE_MASK",
     "FDE_TYPE_DEFAULT", "FDE_TYPE_FLEX", "MAX_DEFAULT_WORDS", "FLEX_WORD_COUNTS",
     "Header", "FDE", "FRE", "parse_header", "decode_fde", "decode_fres", "find_fre", "fde_start_field",
+    "fde_decoder", "fre_finder", "FREFinder",
 ]
 
 SFRAME_MAGIC = 0xDEE2
@@ -248,46 +250,91 @@ def fde_start_field(data: bytes | memoryview, hdr: Header, index: int) -> tuple[
     return offset, _FDE_V1[hdr.big_endian].unpack_from(data, offset)[0]
 
 
+_new_tuple = tuple.__new__
+
+
+def _bad_fde(index: int, offset: int, version: int, info: int, num_fres: int, fre_off: int,
+             first_fre: int, fre_len: int, fre_end: int) -> FormatError:
+    """Word what the decoder's one combined check found wrong, first problem first."""
+    if version < 3 and first_fre > fre_end:
+        return FormatError(f"FDE {index}: first FRE at FRE offset {fre_off:#x} is outside the "
+                           f"{fre_len}-byte FRE sub-section", offset + 8)
+    if info & 0xF > FRE_TYPE_ADDR4:
+        return FormatError(f"FDE {index}: bad FRE type {info & 0xF}",
+                           offset + (16 if version < 3 else 0))
+    # Each FRE takes at least two bytes: a count that cannot fit is corrupt,
+    # and rejecting it here bounds the work any later walk can do.
+    return FormatError(f"FDE {index}: {num_fres} FREs cannot fit in the "
+                       f"{max(fre_end - first_fre, 0)} bytes left in the FRE sub-section",
+                       offset + (12 if version < 3 else 0))
+
+
+def fde_decoder(hdr: Header, sec_addr: int, pcrel: bool | None = None
+                ) -> Callable[[bytes | memoryview, int], FDE]:
+    """``decode(data, index) -> FDE`` with the header's fields bound once.
+
+    The hot path of every lookup: one unpack, one combined bounds check (a
+    failure is worded by ``_bad_fde``), one tuple. ``pcrel`` overrides the
+    header flag (``.o`` files).
+    """
+    (big, version, flags, _abi, _fp, _ra, _aux, num_fdes, _nfres, fre_len, _fdeoff, _freoff,
+     _hdr_end, fde_base, fre_base, fre_end, fde_size) = hdr
+    relative = bool(flags & SFRAME_F_FDE_FUNC_START_PCREL) if pcrel is None else pcrel
+
+    def out_of_range(index: int) -> FormatError:
+        return FormatError(f"FDE index {index} out of range (section has {num_fdes})")
+
+    if version == 3:
+        unpack, unpack_attr = _FDE_V3[big].unpack_from, _ATTR_V3[big].unpack_from
+        attr_limit = fre_len - V3_ATTR_SIZE
+
+        def decode(data: bytes | memoryview, index: int) -> FDE:
+            if not 0 <= index < num_fdes:
+                raise out_of_range(index)
+            offset = fde_base + index * fde_size
+            value, size, fre_off = unpack(data, offset)
+            if fre_off > attr_limit:
+                raise FormatError(f"FDE {index}: attribute record at FRE offset {fre_off:#x} is "
+                                  f"outside the {fre_len}-byte FRE sub-section", offset + 12)
+            attr = fre_base + fre_off
+            num_fres, info, info2, rep_size = unpack_attr(data, attr)
+            first_fre = attr + V3_ATTR_SIZE
+            if info2 & 0x1F > FDE_TYPE_FLEX:
+                raise FormatError(f"FDE {index}: unknown FDE type {info2 & 0x1F}", attr + 3)
+            if info & 0xF > FRE_TYPE_ADDR4 or num_fres * 2 > fre_end - first_fre:
+                raise _bad_fde(index, offset, 3, info, num_fres, fre_off, first_fre, fre_len,
+                               fre_end)
+            start = sec_addr + value + (offset if relative else 0)
+            return _new_tuple(FDE, (index, offset, start, size, fre_off, num_fres, info, info2,
+                                    rep_size, first_fre))
+        return decode
+
+    unpack = (_FDE_V1 if version == 1 else _FDE_V2)[big].unpack_from
+
+    def decode_v1_v2(data: bytes | memoryview, index: int) -> FDE:
+        if not 0 <= index < num_fdes:
+            raise out_of_range(index)
+        offset = fde_base + index * fde_size
+        if version == 1:
+            value, size, fre_off, num_fres, info = unpack(data, offset)
+            rep_size = V1_PCMASK_REP_SIZE if info & 0x10 else 0
+        else:
+            value, size, fre_off, num_fres, info, rep_size, _pad = unpack(data, offset)
+        first_fre = fre_base + fre_off
+        # first_fre > fre_end makes the right side negative: one test for both.
+        if info & 0xF > FRE_TYPE_ADDR4 or num_fres * 2 > fre_end - first_fre:
+            raise _bad_fde(index, offset, version, info, num_fres, fre_off, first_fre, fre_len,
+                           fre_end)
+        start = sec_addr + value + (offset if relative else 0)
+        return _new_tuple(FDE, (index, offset, start, size, fre_off, num_fres, info, 0,
+                                rep_size, first_fre))
+    return decode_v1_v2
+
+
 def decode_fde(data: bytes | memoryview, hdr: Header, index: int, sec_addr: int,
                pcrel: bool | None = None) -> FDE:
     """Decode FDE ``index``; ``pcrel`` overrides the header flag (``.o`` files)."""
-    (big, version, flags, _abi, _fp, _ra, _aux, num_fdes, _nfres, fre_len, _fdeoff, _freoff,
-     _hdr_end, fde_base, fre_base, fre_end, fde_size) = hdr
-    if not 0 <= index < num_fdes:
-        raise FormatError(f"FDE index {index} out of range (section has {num_fdes})")
-    offset = fde_base + index * fde_size
-    info2 = 0
-    if version == 1:
-        value, size, fre_off, num_fres, info = _FDE_V1[big].unpack_from(data, offset)
-        rep_size = V1_PCMASK_REP_SIZE if info & 0x10 else 0
-        first_fre = fre_base + fre_off
-    elif version == 2:
-        value, size, fre_off, num_fres, info, rep_size, _pad = _FDE_V2[big].unpack_from(data, offset)
-        first_fre = fre_base + fre_off
-    else:
-        value, size, fre_off = _FDE_V3[big].unpack_from(data, offset)
-        attr = fre_base + fre_off
-        if fre_off > fre_len - V3_ATTR_SIZE or fre_len < V3_ATTR_SIZE:
-            raise FormatError(f"FDE {index}: attribute record at FRE offset {fre_off:#x} is outside "
-                              f"the {fre_len}-byte FRE sub-section", offset + 12)
-        num_fres, info, info2, rep_size = _ATTR_V3[big].unpack_from(data, attr)
-        first_fre = attr + V3_ATTR_SIZE
-        if info2 & 0x1F not in (FDE_TYPE_DEFAULT, FDE_TYPE_FLEX):
-            raise FormatError(f"FDE {index}: unknown FDE type {info2 & 0x1F}", attr + 3)
-    if version < 3 and first_fre > fre_end:
-        raise FormatError(f"FDE {index}: first FRE at FRE offset {fre_off:#x} is outside the "
-                          f"{fre_len}-byte FRE sub-section", offset + 8)
-    if info & 0xF > FRE_TYPE_ADDR4:
-        raise FormatError(f"FDE {index}: bad FRE type {info & 0xF}", offset + (16 if version < 3 else 0))
-    # Each FRE takes at least two bytes: a count that cannot fit is corrupt,
-    # and rejecting it here bounds the work any later walk can do.
-    if num_fres * 2 > fre_end - first_fre:
-        raise FormatError(f"FDE {index}: {num_fres} FREs cannot fit in the "
-                          f"{max(fre_end - first_fre, 0)} bytes left in the FRE sub-section",
-                          offset + (12 if version < 3 else 0))
-    if flags & SFRAME_F_FDE_FUNC_START_PCREL if pcrel is None else pcrel:
-        value += offset
-    return FDE(index, offset, sec_addr + value, size, fre_off, num_fres, info, info2, rep_size, first_fre)
+    return fde_decoder(hdr, sec_addr, pcrel)(data, index)
 
 
 def _walk_fres(data: bytes | memoryview, hdr: Header, fde: FDE, stop: int | None = None
@@ -354,17 +401,23 @@ def decode_fres(data: bytes | memoryview, hdr: Header, fde: FDE) -> tuple[FRE, .
     return tuple(_fre(data, hdr, fde, *walked) for walked in _walk_fres(data, hdr, fde))
 
 
+# An invalid info byte's "length": past any section, so the bounds check
+# that follows the walk catches it without a test of its own per FRE.
+_INVALID = 1 << 62
+
+
 def _fre_lengths(addr_size: int) -> tuple[int, ...]:
-    """FRE byte length for each info byte of a default FDE; -1 where invalid."""
+    """FRE byte length for each info byte of a default FDE; ``_INVALID`` where invalid."""
     lengths = []
     for info in range(256):
         size_code, count = (info >> 5) & 3, (info >> 1) & 0xF
         valid = size_code != 3 and count <= MAX_DEFAULT_WORDS
-        lengths.append(addr_size + 1 + count * (1 << size_code) if valid else -1)
+        lengths.append(addr_size + 1 + count * (1 << size_code) if valid else _INVALID)
     return tuple(lengths)
 
 
-_FRE_LENGTHS = {t: _fre_lengths(1 << t) for t in (FRE_TYPE_ADDR1, FRE_TYPE_ADDR2, FRE_TYPE_ADDR4)}
+_FRE_LENGTHS = tuple(_fre_lengths(1 << t) for t in (FRE_TYPE_ADDR1, FRE_TYPE_ADDR2,
+                                                     FRE_TYPE_ADDR4))
 
 
 def _checked_find_fre(data: bytes | memoryview, hdr: Header, fde: FDE, offset: int
@@ -378,44 +431,89 @@ def _checked_find_fre(data: bytes | memoryview, hdr: Header, fde: FDE, offset: i
     return len(walked) - 1, _fre(data, hdr, fde, *walked[-1]), following
 
 
-def find_fre(data: bytes | memoryview, hdr: Header, fde: FDE, offset: int
-             ) -> tuple[int, FRE, int | None] | None:
-    """The last FRE starting at or before ``offset`` (from the function or
-    repeat-block start): (index, FRE, start of the next FRE or None), or None.
+_START_UNPACK = {big: tuple(_FRE_START[(big, t)].unpack_from for t in (0, 1, 2))
+                 for big in (False, True)}
+# Per byte order and info byte: (unpack the data words, word size, word count),
+# None for the invalid word-size code 3.
+_WORDS_BY_INFO = {
+    big: tuple((_WORDS[(big, 1 << ((info >> 5) & 3), (info >> 1) & 0xF)].unpack_from,
+                1 << ((info >> 5) & 3), (info >> 1) & 0xF) if (info >> 5) & 3 != 3 else None
+               for info in range(256))
+    for big in (False, True)
+}
+
+FREFinder = Callable[[bytes | memoryview, FDE, int], tuple[int, FRE, int | None] | None]
+
+
+def fre_finder(hdr: Header) -> FREFinder:
+    """``find(data, fde, offset)``: the last FRE starting at or before ``offset``
+    (from the function or repeat-block start) as (index, FRE, start of the
+    next FRE or None), or None; the section's constants bound once.
 
     The hot path of every unwind step: a tight walk over start fields and
-    info bytes with the same checks as ``_walk_fres``, which takes over to
-    word the error as soon as anything looks wrong (and for flexible FDEs).
+    info bytes that checks what ``_walk_fres`` checks (starts in order and
+    inside the function; valid info bytes and every FRE inside the
+    sub-section, the latter once, on the last FRE examined, since FREs only
+    move forward). ``_walk_fres`` takes over to word the error as soon as
+    anything looks wrong, and for flexible FDEs.
     """
-    info = fde.info
-    if hdr.version == 3 and fde.info2 & 0x1F == FDE_TYPE_FLEX:
-        return _checked_find_fre(data, hdr, fde, offset)
-    fre_type = info & 0xF
-    lengths = _FRE_LENGTHS[fre_type]
-    addr_size = 1 << fre_type
-    unpack_start = _FRE_START[(hdr.big_endian, fre_type)].unpack_from
-    end = hdr.fre_end
-    # PC-mask FRE starts are offsets in a repeat block, not bounded by the size.
-    limit = 1 << 32 if info & 0x10 else fde.size
-    pos = fde.fres_offset
-    previous = -1
-    hit_k = hit_pos = -1
-    following = None
-    try:
-        for k in range(fde.num_fres):
-            start = data[pos] if addr_size == 1 else unpack_start(data, pos)[0]
-            length = lengths[data[pos + addr_size]]
-            if length < 0 or pos + length > end or start < previous or start > limit:
-                return _checked_find_fre(data, hdr, fde, offset)
-            if start > offset:
-                following = start
-                break
-            hit_k, hit_pos, previous = k, pos, start
-            pos += length
-    except (IndexError, struct.error):
-        return _checked_find_fre(data, hdr, fde, offset)
-    if hit_k < 0:
-        return None
-    fre_info = data[hit_pos + addr_size]
-    return hit_k, _fre(data, hdr, fde, hit_pos, previous, fre_info, (fre_info >> 1) & 0xF,
-                       1 << ((fre_info >> 5) & 3)), following
+    big, fre_end, v3 = hdr.big_endian, hdr.fre_end, hdr.version == 3
+    starts = _START_UNPACK[big]
+    words = _WORDS_BY_INFO[big]
+
+    def find(data: bytes | memoryview, fde: FDE, offset: int
+             ) -> tuple[int, FRE, int | None] | None:
+        (_i, _o, _s, size, _f, num_fres, info, info2, _r, pos) = fde
+        if v3 and info2 & 0x1F == FDE_TYPE_FLEX:
+            return _checked_find_fre(data, hdr, fde, offset)
+        fre_type = info & 0xF
+        lengths = _FRE_LENGTHS[fre_type]
+        # PC-mask FRE starts are offsets in a repeat block, not bounded by the size.
+        limit = 1 << 32 if info & 0x10 else size
+        previous = -1
+        hit_k = hit_pos = -1
+        following = None
+        try:
+            if fre_type == FRE_TYPE_ADDR1:
+                for k in range(num_fres):
+                    start = data[pos]
+                    if not previous <= start <= limit:
+                        return _checked_find_fre(data, hdr, fde, offset)
+                    if start > offset:
+                        following = start
+                        pos += lengths[data[pos + 1]]
+                        break
+                    hit_k, hit_pos, previous = k, pos, start
+                    pos += lengths[data[pos + 1]]
+            else:
+                unpack_start = starts[fre_type]
+                addr_size = 1 << fre_type
+                for k in range(num_fres):
+                    start = unpack_start(data, pos)[0]
+                    if not previous <= start <= limit:
+                        return _checked_find_fre(data, hdr, fde, offset)
+                    if start > offset:
+                        following = start
+                        pos += lengths[data[pos + addr_size]]
+                        break
+                    hit_k, hit_pos, previous = k, pos, start
+                    pos += lengths[data[pos + addr_size]]
+        except (IndexError, struct.error):
+            return _checked_find_fre(data, hdr, fde, offset)
+        if pos > fre_end:  # the last FRE examined, or an invalid info byte
+            return _checked_find_fre(data, hdr, fde, offset)
+        if hit_k < 0:
+            return None
+        fre_info = data[hit_pos + (1 << fre_type)]
+        unpack_words, word_size, count = words[fre_info]  # type: ignore[misc]  # valid: checked
+        first_word = hit_pos + (1 << fre_type) + 1
+        return hit_k, _new_tuple(FRE, (hit_pos, previous, fre_info,
+                                       unpack_words(data, first_word) if count else (),
+                                       word_size)), following
+    return find
+
+
+def find_fre(data: bytes | memoryview, hdr: Header, fde: FDE, offset: int
+             ) -> tuple[int, FRE, int | None] | None:
+    """The last FRE starting at or before ``offset``: see ``fre_finder``."""
+    return fre_finder(hdr)(data, fde, offset)

@@ -95,6 +95,12 @@ class Module:
     def contains(self, pc: int) -> bool:
         return any(lo <= pc < hi for lo, hi in self.ranges)
 
+    def unusable(self, exc: SFrameError) -> None:
+        """The file cannot be read at all (a FIFO, an unreadable file): say so
+        once, and never try again."""
+        self._loaded.update(("elf", "sframe", "cfi"))
+        self._fail(exc)
+
     def _fail(self, exc: SFrameError) -> None:
         if self.error is None:
             self.error = exc
@@ -207,6 +213,7 @@ class ModuleTable:
                       ) -> ModuleTable:
         """Group file mappings by path and work out each file's load bias."""
         from .elf import read_elf
+        from .errors import NotELFError
 
         by_path: dict[str, list[Mapping]] = {}
         for m in mappings:
@@ -218,8 +225,18 @@ class ModuleTable:
             disk = os.path.join(sysroot, path.lstrip("/")) if sysroot else path
             try:
                 info = read_elf(disk)
-            except SFrameError:
-                continue  # not an ELF file (a data file mapped by the program)
+            except NotELFError:
+                continue  # a data file mapped by the program
+            except SFrameError as exc:
+                if not os.path.exists(disk):
+                    continue  # gone, or on another machine: as before, no file
+                # Unusable (a FIFO behind --sysroot, a lying header): a module
+                # that names why, so a PC in it says more than "no file".
+                failed = Module(disk, 0, [(m.start, m.end) for m in maps], name=path,
+                                sources=sources, on_error=on_error)
+                failed.unusable(exc)
+                modules.append(failed)
+                continue
             bias = load_bias(info, maps)
             if bias is None:
                 continue

@@ -1,4 +1,12 @@
-"""Live processes: stop every thread with ptrace, read registers and memory, let go.
+"""Live processes: stop every thread with ptrace, copy what the walk needs, let go.
+
+The process is stopped only while its threads' registers and stacks are
+copied; everything that touches files (``/proc/PID/maps``, opening every
+module's ELF headers and SFrame section) happens before it is stopped, and
+the walk, symbol names and output after it runs again, on the copy
+(``Snapshot``). So a slow disk, a FIFO or an unreadable file behind a
+``--sysroot`` path can never keep the process stopped, and the stop lasts
+what copying a few stacks takes (about a millisecond per thread).
 
 Uses ctypes and libc's ``ptrace`` directly rather than python-ptrace: we need
 four requests (SEIZE, INTERRUPT, GETREGSET, DETACH) and ``waitpid``, and
@@ -9,10 +17,18 @@ visible stop and whose detach cannot tell "was stopped" from "was running".
 signal, so detaching puts it back exactly as it was: running if it was
 running, still in its group stop if it was stopped (``kill -STOP``). A thread
 caught in the middle of receiving a signal (signal-delivery-stop) gets that
-signal back on detach. Memory is read through ``/proc/PID/mem`` with
-``pread``, which the kernel allows once we are the tracer; registers come
-from ``PTRACE_GETREGSET(NT_PRSTATUS)``, which returns the same
-``user_regs_struct`` a core's ``NT_PRSTATUS`` note holds.
+signal back on detach. Stacks are copied through ``/proc/PID/mem`` with
+``pread``, which the kernel allows once we are the tracer: from the stack
+pointer (less a red zone) to the end of its mapping, at most
+``STACK_COPY_LIMIT`` bytes per thread. Registers come from
+``PTRACE_GETREGSET(NT_PRSTATUS)``, the ``user_regs_struct`` a core's
+``NT_PRSTATUS`` note holds.
+
+Ctrl-C while threads are stopped is held until every thread is detached,
+then raised as ``KeyboardInterrupt``. For tests only, the environment
+variable ``SFRAME_TEST_HOLD_STOPPED=SECONDS`` keeps the threads stopped that
+long after the copy (ended early by Ctrl-C), so a test can interrupt the
+command at that moment.
 
 Permission: the same as any debugger attaching: same user and, under Yama
 (``/proc/sys/kernel/yama/ptrace_scope`` >= 1), root or ``CAP_SYS_PTRACE``.
@@ -25,16 +41,17 @@ import errno
 import os
 import platform
 import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from .abi import AARCH64_LE, AMD64, Arch
-from .corefile import NT_PRSTATUS, Thread, regs_from_user_regs
+from .corefile import NT_PRSTATUS, CoreMemory, Segment, Thread, regs_from_user_regs
 from .errors import ProcessError
 from .modules import Mapping
 
-__all__ = ["Process", "ProcessMemory", "attach", "read_maps"]
+__all__ = ["Region", "Survey", "Snapshot", "survey", "snapshot", "read_maps",
+           "STACK_COPY_LIMIT", "HOLD_ENV"]
 
 PTRACE_DETACH = 17
 PTRACE_GETREGSET = 0x4204
@@ -44,6 +61,16 @@ PTRACE_EVENT_STOP = 128
 WALL = 0x40000000  # __WALL: wait for threads (clones) too
 
 _USER_REGS_SIZE = {"amd64": 27 * 8, "aarch64": 34 * 8}
+
+# Stack bytes copied per thread, from the stack pointer up: the default
+# stack limit (ulimit -s), so any stack that did not overflow fits.
+STACK_COPY_LIMIT = 8 << 20
+# Below the stack pointer: amd64's 128-byte red zone, with room to spare.
+RED_ZONE = 256
+# A thread that does not stop within this long (uninterruptible sleep on a
+# dead NFS server) is not waited for: the others are let go.
+STOP_TIMEOUT = 2.0
+HOLD_ENV = "SFRAME_TEST_HOLD_STOPPED"
 
 
 class _Iovec(ctypes.Structure):
@@ -74,45 +101,43 @@ def _host_arch() -> Arch:
     raise ProcessError(f"live processes are not supported on {machine}")
 
 
-def read_maps(pid: int) -> list[Mapping]:
-    """The file-backed mappings of ``/proc/PID/maps``."""
+@dataclass(frozen=True, slots=True)
+class Region:
+    """One line of ``/proc/PID/maps``: stacks are found here, files too."""
+
+    start: int
+    end: int
+    writable: bool
+    file_offset: int
+    path: str  # "" for anonymous memory
+
+
+def _read_regions(maps: str) -> list[Region]:
     out = []
-    with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape") as stream:
+    with open(maps, encoding="utf-8", errors="surrogateescape") as stream:
         for line in stream:
             parts = line.rstrip("\n").split(maxsplit=5)
-            if len(parts) < 6 or not parts[5].startswith("/"):
+            if len(parts) < 5:
                 continue
             lo, hi = parts[0].split("-")
-            out.append(Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5]))
+            out.append(Region(int(lo, 16), int(hi, 16), parts[1][1:2] == "w", int(parts[2], 16),
+                              parts[5] if len(parts) == 6 else ""))
     return out
 
 
-class ProcessMemory:
-    """``unwind.Memory`` over ``/proc/PID/mem`` (valid while we are the tracer)."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def read(self, address: int, size: int) -> bytes | None:
-        if size <= 0 or size > 1 << 20 or address < 0 or address + size > 1 << 63:
-            return None
-        try:
-            data = os.pread(self._fd, size, address)
-        except OSError:
-            return None
-        return data if len(data) == size else None
+def _file_mappings(regions: list[Region]) -> list[Mapping]:
+    return [Mapping(r.start, r.end, r.file_offset, r.path) for r in regions
+            if r.path.startswith("/")]
 
 
-@dataclass(frozen=True)
-class Process:
-    """A process with every thread stopped by us; a ``backtrace.Target``."""
+def read_maps(pid: int) -> list[Mapping]:
+    """The file-backed mappings of ``/proc/PID/maps``."""
+    return _file_mappings(_read_regions(f"/proc/{pid}/maps"))
 
-    pid: int
-    arch: Arch
-    threads: tuple[Thread, ...]
-    mappings: tuple[Mapping, ...]
-    memory: ProcessMemory
-    pac_mask: int | None = None
+
+def _status(path: str) -> dict[str, str]:
+    with open(path, encoding="ascii", errors="replace") as stream:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in stream if ":\t" in line)
 
 
 def _tasks(pid: int) -> list[int]:
@@ -125,15 +150,98 @@ def _tasks(pid: int) -> list[int]:
         raise ProcessError(f"process {pid}: {exc.strerror or exc}") from None
 
 
+@dataclass(frozen=True)
+class Survey:
+    """What is known of a process before it is stopped.
+
+    ``view`` is the thread whose ``/proc`` files show the address space: the
+    process itself, or, when its main thread has exited and others live on,
+    the first of those (a dead thread's ``maps`` and ``mem`` are empty).
+    """
+
+    pid: int
+    arch: Arch
+    view: int
+    regions: tuple[Region, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def mappings(self) -> tuple[Mapping, ...]:
+        return tuple(_file_mappings(list(self.regions)))
+
+
+def survey(pid: int) -> Survey:
+    """Check that ``pid`` can be examined and read its mappings; nothing is stopped.
+
+    :raises ProcessError: no such process, this process, a zombie, or a
+        process whose threads have all exited.
+    """
+    if pid <= 0:
+        raise ProcessError(f"process {pid}: no such process")
+    if pid == os.getpid():
+        raise ProcessError(f"process {pid}: cannot trace this process itself")
+    arch = _host_arch()
+    try:
+        status = _status(f"/proc/{pid}/status")
+    except FileNotFoundError:
+        raise ProcessError(f"process {pid}: no such process") from None
+    except OSError as exc:
+        raise ProcessError(f"process {pid}: {exc.strerror or exc}") from None
+    if status.get("Tgid", str(pid)).strip() != str(pid):
+        raise ProcessError(f"process {pid}: is a thread of process {status['Tgid'].strip()}; "
+                           "give the process ID")
+    view = pid
+    notes: tuple[str, ...] = ()
+    if status.get("State", "")[:1] in ("Z", "X"):
+        live = [t for t in _tasks(pid) if t != pid and _alive(pid, t)]
+        if not live:
+            raise ProcessError(f"process {pid}: is a zombie (it has exited and its parent "
+                               f"{status.get('PPid', '?').strip()} has not collected its status); "
+                               "it has no stack")
+        view = live[0]
+        many = len(live) > 1
+        notes = (f"process {pid}: its main thread has exited; {len(live)} other "
+                 f"{'threads run on and are' if many else 'thread runs on and is'} shown",)
+    try:
+        regions = _read_regions(f"/proc/{pid}/task/{view}/maps")
+    except FileNotFoundError:
+        raise ProcessError(f"process {pid}: no such process") from None
+    except PermissionError:
+        raise _denied(pid) from None  # the kernel asks what ptrace would
+    except OSError as exc:
+        raise ProcessError(f"process {pid}: cannot read its mappings: {exc.strerror or exc}"
+                           ) from None
+    return Survey(pid, arch, view, tuple(regions), notes)
+
+
+def _alive(pid: int, tid: int) -> bool:
+    try:
+        return _status(f"/proc/{pid}/task/{tid}/status").get("State", "Z")[:1] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Registers and stacks copied from a process, after it was let go; a
+    ``backtrace.Target``. ``stopped_seconds`` is how long it was stopped."""
+
+    pid: int
+    arch: Arch
+    threads: tuple[Thread, ...]
+    mappings: tuple[Mapping, ...]
+    memory: CoreMemory
+    stopped_seconds: float
+    stack_bytes: int
+    pac_mask: int | None = None
+    notes: tuple[str, ...] = field(default=())
+
+
 def _tracer(pid: int) -> int:
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as stream:
-            for line in stream:
-                if line.startswith("TracerPid:"):
-                    return int(line.split()[1])
+        return int(_status(f"/proc/{pid}/status").get("TracerPid", "0").strip() or 0)
     except (OSError, ValueError):
-        pass
-    return 0
+        return 0
 
 
 def _denied(pid: int) -> ProcessError:
@@ -151,14 +259,22 @@ def _denied(pid: int) -> ProcessError:
                         f"or root/CAP_SYS_PTRACE{hint})")
 
 
-def _wait_stopped(pid: int, tid: int) -> int | None:
-    """Wait for ``tid``'s stop; the signal to give back on detach, or None if it exited."""
+def _wait_stopped(tid: int, deadline: float) -> int | None:
+    """Wait for ``tid``'s stop; the signal to give back on detach, or None if
+    it exited (or did not stop before ``deadline``)."""
+    pause = 50e-6
     while True:
         try:
-            _, status = os.waitpid(tid, WALL)
+            got, status = os.waitpid(tid, WALL | os.WNOHANG)
         except ChildProcessError:
             return None
         except InterruptedError:
+            continue
+        if got == 0:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, 1e-3)
             continue
         if os.WIFEXITED(status) or os.WIFSIGNALED(status):
             return None
@@ -178,77 +294,152 @@ def _read_regs(libc: ctypes.CDLL, arch: Arch, tid: int) -> Thread:
     return Thread(tid, pc, regs)
 
 
-@contextmanager
-def attach(pid: int) -> Iterator[Process]:
-    """Stop every thread of ``pid``; detach on exit, whatever happens inside.
+def _stack_span(regions: tuple[Region, ...], sp: int, limit: int) -> tuple[int, int] | None:
+    for region in regions:
+        if region.start <= sp < region.end or region.start <= sp - RED_ZONE < region.end:
+            if not region.writable:
+                return None
+            return max(region.start, sp - RED_ZONE), min(region.end, sp + limit)
+    return None
 
-    :raises ProcessError: no such process, permission denied, already
-        traced, or the process exited while being attached.
-    """
-    if pid <= 0:
-        raise ProcessError(f"process {pid}: no such process")
-    if pid == os.getpid():
-        raise ProcessError(f"process {pid}: cannot trace this process itself")
-    arch = _host_arch()
-    libc = _libc()
-    stopped: dict[int, int] = {}  # tid -> signal to deliver on detach
-    seized: list[int] = []
-    # Ctrl-C while threads are stopped must still detach: hold it until then.
-    old_handler = signal.getsignal(signal.SIGINT)
-    interrupted: list[bool] = []
-    try:
-        signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
-    except ValueError:
-        old_handler = None  # not the main thread: leave signals alone
-    fd = -1
-    try:
+
+class _Seized:
+    """The threads we seized, and the signals to give back when letting go."""
+
+    def __init__(self, libc: ctypes.CDLL, pid: int, view: int) -> None:
+        self.libc, self.pid, self.view = libc, pid, view
+        self.seized: list[int] = []
+        self.stopped: dict[int, int] = {}  # tid -> signal to deliver on detach
+
+    def stop_all(self) -> None:
+        deadline = time.monotonic() + STOP_TIMEOUT
         for _ in range(100):  # until no new thread appears
-            new = [t for t in _tasks(pid) if t not in seized]
+            new = [t for t in _tasks(self.pid) if t not in self.seized
+                   and (t != self.pid or self.view == self.pid)]
             if not new:
-                break
+                return
+            # Interrupt them all, then wait: threads waiting for a CPU to
+            # enter their stop then wait side by side, not one after another.
+            interrupted = []
             for tid in new:
                 try:
-                    _ptrace(libc, PTRACE_SEIZE, tid, 0, 0)
+                    _ptrace(self.libc, PTRACE_SEIZE, tid, 0, 0)
                 except OSError as exc:
                     if exc.errno == errno.ESRCH:
-                        if tid == pid:
-                            raise ProcessError(f"process {pid}: no such process") from None
+                        if tid == self.view:
+                            raise ProcessError(f"process {self.pid}: no such process") from None
                         continue  # a thread that just exited
                     if exc.errno == errno.EPERM:
-                        raise _denied(pid) from None
-                    raise ProcessError(f"process {pid}: ptrace: {exc.strerror}") from None
-                seized.append(tid)
+                        raise _denied(self.pid) from None
+                    raise ProcessError(f"process {self.pid}: ptrace: {exc.strerror}") from None
+                self.seized.append(tid)
                 try:
-                    _ptrace(libc, PTRACE_INTERRUPT, tid)
+                    _ptrace(self.libc, PTRACE_INTERRUPT, tid)
                 except OSError:
                     continue
-                sig = _wait_stopped(pid, tid)
+                interrupted.append(tid)
+            for tid in interrupted:
+                sig = _wait_stopped(tid, deadline)
                 if sig is not None:
-                    stopped[tid] = sig
-        if pid not in stopped:
+                    self.stopped[tid] = sig
+
+    def detach_all(self) -> None:
+        for tid in self.seized:
+            try:
+                _ptrace(self.libc, PTRACE_DETACH, tid, 0, self.stopped.get(tid, 0))
+            except OSError:
+                pass  # gone; nothing to give back
+        self.seized.clear()
+
+
+def _hold_for_tests(interrupted: list[bool]) -> None:
+    try:
+        seconds = float(os.environ.get(HOLD_ENV, "0"))
+    except ValueError:
+        return
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not interrupted:
+        time.sleep(0.01)
+
+
+def snapshot(info: Survey, *, sysroot: str | None = None,
+             stack_limit: int = STACK_COPY_LIMIT) -> Snapshot:
+    """Stop every thread of the surveyed process, copy registers and stacks, let go.
+
+    Nothing here opens a file but ``/proc/PID/task`` and ``/proc/PID/mem``;
+    ``sysroot`` only tells the returned memory where the mapped files are
+    (read-only file bytes are read from them, after the process runs again).
+
+    :raises ProcessError: permission denied, already traced, or the process
+        exited while being attached.
+    """
+    pid = info.pid
+    libc = _libc()
+    seized = _Seized(libc, pid, info.view)
+    # Ctrl-C while threads are stopped must still detach: hold it until then.
+    interrupted: list[bool] = []
+    old_handler: Any = None
+    try:
+        old_handler = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    except ValueError:
+        pass  # not the main thread: leave signals alone
+    fd = -1
+    started = time.monotonic()
+    stopped_for = 0.0
+    try:
+        seized.stop_all()
+        if info.view not in seized.stopped:
             raise ProcessError(f"process {pid}: exited while being attached")
         try:
-            fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+            fd = os.open(f"/proc/{pid}/task/{info.view}/mem", os.O_RDONLY | os.O_CLOEXEC)
             threads = []
-            for tid in sorted(stopped, key=lambda t: (t != pid, t)):
+            for tid in sorted(seized.stopped, key=lambda t: (t != pid, t)):
                 try:
-                    threads.append(_read_regs(libc, arch, tid))
+                    threads.append(_read_regs(libc, info.arch, tid))
                 except OSError:
-                    if tid == pid:
+                    if tid == info.view:
                         raise
-            mappings = read_maps(pid)
+            stacks: list[tuple[int, bytes]] = []
+            regions = info.regions
+            for thread in threads:
+                sp = thread.regs.get(info.arch.sp, 0)
+                if not any(r.start <= sp < r.end for r in regions):
+                    # A thread started after the survey: its stack is new.
+                    regions = tuple(_read_regions(f"/proc/{pid}/task/{info.view}/maps"))
+                span = _stack_span(regions, sp, stack_limit)
+                if span is not None:
+                    try:
+                        stacks.append((span[0], os.pread(fd, span[1] - span[0], span[0])))
+                    except OSError:
+                        pass  # unreadable: the walk says "memory unreadable"
         except OSError as exc:
             raise ProcessError(f"process {pid}: {exc.strerror or exc} (did it exit?)") from None
-        yield Process(pid, arch, tuple(threads), tuple(mappings), ProcessMemory(fd))
+        _hold_for_tests(interrupted)
     finally:
         if fd >= 0:
             os.close(fd)
-        for tid in seized:
-            try:
-                _ptrace(libc, PTRACE_DETACH, tid, 0, stopped.get(tid, 0))
-            except OSError:
-                pass  # gone; nothing to give back
+        seized.detach_all()
+        stopped_for = time.monotonic() - started
         if old_handler is not None:
             signal.signal(signal.SIGINT, old_handler)
-            if interrupted:
-                raise KeyboardInterrupt
+    if interrupted:
+        raise KeyboardInterrupt
+    return Snapshot(pid, info.arch, tuple(threads), info.mappings,
+                    _memory(stacks, info.regions, sysroot), stopped_for,
+                    sum(len(data) for _, data in stacks), notes=info.notes)
+
+
+def _memory(stacks: list[tuple[int, bytes]], regions: tuple[Region, ...],
+            sysroot: str | None) -> CoreMemory:
+    """The copied stacks, as a core's memory: a read outside them is unknown,
+    except in read-only file mappings, whose bytes the files hold."""
+    from .corefile import resolve_path
+
+    segments, offset = [], 0
+    for start, data in stacks:
+        segments.append(Segment(start, len(data), offset, len(data), True))
+        offset += len(data)
+    read_only = [Mapping(r.start, r.end, r.file_offset, r.path) for r in regions
+                 if r.path.startswith("/") and not r.writable]
+    return CoreMemory(b"".join(data for _, data in stacks), segments, read_only,
+                      lambda path: resolve_path(path, sysroot))

@@ -9,9 +9,10 @@ cache, because a backtrace revisits the same functions.
 from __future__ import annotations
 
 import struct
+from array import array
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from .abi import Arch, arch_for_abi
@@ -21,10 +22,10 @@ from .format import (
     FDE,
     FRE,
     Header,
-    decode_fde,
     decode_fres,
+    fde_decoder,
     fde_start_field,
-    find_fre,
+    fre_finder,
     parse_header,
 )
 from .rows import FRERules, Row, fre_rules
@@ -67,15 +68,19 @@ class SFrameSection:
     def __init__(self, data: bytes | memoryview, address: int = 0, *,
                  pcrel: bool | None = None, name: str = "<sframe>") -> None:
         self.header: Header = parse_header(data)
-        self.data = memoryview(data)[: self.header.size]
+        # Bytes index faster than a memoryview; only a longer buffer is viewed.
+        self.data: bytes | memoryview = data if isinstance(data, bytes) and \
+            len(data) == self.header.size else memoryview(data)[: self.header.size]
         self.address = address
         self.name = name
         self._pcrel = pcrel
+        self._decode_fde = fde_decoder(self.header, address, pcrel)
+        self._find_fre = fre_finder(self.header)
         arch = arch_for_abi(self.header.abi_arch)
         assert arch is not None  # parse_header checked the ABI
         self.arch: Arch = arch
         self._order: list[int] | None = None  # sorted FDE indices, unsorted sections only
-        self._starts: list[int] | None = None  # sorted function starts, built lazily
+        self._starts: Sequence[int] | None = None  # sorted function starts, built lazily
         self._searches = 0  # in-place searches so far (see _table)
         # FRE meaning by (flex, info, words): real sections repeat a few
         # dozen distinct rows (sp+8, sp+16, fp+16 c-16, ...) endlessly.
@@ -94,7 +99,7 @@ class SFrameSection:
         return self.header.version
 
     def get_fde(self, index: int) -> FDE:
-        return decode_fde(self.data, self.header, index, self.address, self._pcrel)
+        return self._decode_fde(self.data, index)
 
     def iter_fdes(self) -> Iterator[FDE]:
         for index in range(self.header.num_fdes):
@@ -105,7 +110,7 @@ class SFrameSection:
         pcrel = self.header.pcrel if self._pcrel is None else self._pcrel
         return self.address + value + (offset if pcrel else 0)
 
-    def _table(self) -> tuple[list[int], list[int] | None]:
+    def _table(self) -> tuple[Sequence[int], list[int] | None]:
         """Sorted function starts (and, unsorted sections only, their FDE indices).
 
         Built in one C-speed pass over the start fields (``num_fdes`` was
@@ -132,7 +137,13 @@ class SFrameSection:
             if not hdr.sorted:
                 order = sorted(range(len(starts)), key=starts.__getitem__)
                 starts = [starts[i] for i in order]
-            self._starts, self._order = starts, order
+            try:
+                # Machine integers: a bisection touches a few cache lines,
+                # not a pointer and an int object per probe.
+                self._starts = array("q", starts)
+            except OverflowError:  # a start past 2^63 (corrupt): keep Python ints
+                self._starts = starts
+            self._order = order
         return self._starts, self._order
 
     def _search_in_place(self, pc: int) -> int:
@@ -158,6 +169,17 @@ class SFrameSection:
 
     def find_fde(self, pc: int) -> FDE | None:
         """The FDE whose ``[start, start + size)`` holds ``pc``, or None."""
+        starts = self._starts
+        if starts is not None and self._order is None:
+            # The hot path: bisect, decode one FDE, and it is nearly always it.
+            pos = bisect_right(starts, pc) - 1
+            if pos >= 0:
+                fde = self._decode_fde(self.data, pos)
+                if fde[2] <= pc < fde[2] + fde[3]:  # start <= pc < start + size
+                    return fde
+        return self._find_fde(pc)
+
+    def _find_fde(self, pc: int) -> FDE | None:
         order: list[int] | None = None
         starts = self._starts
         if starts is None and self.header.sorted and self._searches < TABLE_AFTER_LOOKUPS:
@@ -197,12 +219,13 @@ class SFrameSection:
             self._fres.move_to_end(fde.index)
         return fres
 
-    def _fre_offset(self, fde: FDE, pc: int) -> int | None:
+    @staticmethod
+    def _fre_offset(fde: FDE, pc: int) -> int | None:
         """``pc`` as an offset from the function (or its repeat block) start."""
-        if not fde.start <= pc < fde.end:
-            return None
         offset = pc - fde.start
-        if fde.is_pcmask:
+        if not 0 <= offset < fde.size:
+            return None
+        if fde.info & 0x10:  # PC-mask FDE: the offset in its repeat block
             if fde.rep_size == 0:
                 return None
             offset %= fde.rep_size
@@ -216,7 +239,7 @@ class SFrameSection:
         offset = self._fre_offset(fde, pc)
         if offset is None:
             return None
-        hit = find_fre(self.data, self.header, fde, offset)
+        hit = self._find_fre(self.data, fde, offset)
         return None if hit is None else (hit[0], hit[1])
 
     def lookup(self, pc: int) -> Lookup | None:
@@ -230,7 +253,7 @@ class SFrameSection:
         offset = self._fre_offset(fde, pc)
         if offset is None:
             return None
-        hit = find_fre(self.data, self.header, fde, offset)
+        hit = self._find_fre(self.data, fde, offset)
         if hit is None:
             return None
         _k, fre, following = hit

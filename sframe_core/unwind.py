@@ -10,7 +10,6 @@ backtrace.
 from __future__ import annotations
 
 import enum
-import functools
 import struct
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
@@ -102,16 +101,10 @@ class Stop(NamedTuple):
         return f"{self.reason.value}: {self.detail}" if self.detail else self.reason.value
 
 
-class Caller(NamedTuple):
-    """``caller_registers``' answer when there is a caller."""
-
-    cfa: int
-    pc: int
-    regs: dict[int, int]
-
-
-# Builds a Caller without NamedTuple.__new__'s Python-level call: one per frame.
-_caller = functools.partial(tuple.__new__, Caller)
+# ``caller_registers``' answer when there is a caller: (CFA, the caller's PC,
+# the caller's registers). A plain tuple, told from a Stop with isinstance: a
+# NamedTuple would cost a Python-level call per frame of every backtrace.
+Caller = tuple[int, int, dict[int, int]]
 
 
 class Step(NamedTuple):
@@ -279,7 +272,7 @@ def caller_registers(row: Row, pc: int, regs: Mapping[int, int], interrupted: bo
     if ra == 0:
         return Stop(StopReason.RA_ZERO)
     caller_regs[arch.sp] = (cfa + arch.sp_val_offset) & _MASK
-    return _caller((cfa, ra, caller_regs))
+    return cfa, ra, caller_regs
 
 
 def walk(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,

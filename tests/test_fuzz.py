@@ -103,3 +103,43 @@ def test_spliced_bytes(producer: str, blob: bytes, at: int) -> None:
     data, address = seed(producer)
     pos = at % len(data)
     exercise(data[:pos] + blob + data[pos + len(blob):], address)
+
+
+# -- the lookup fast path checks what the careful walk checks -----------------------
+
+
+def _outcome(call, *args):  # type: ignore[no-untyped-def]
+    try:
+        return ("ok", call(*args))
+    except SFrameError as exc:
+        return ("error", str(exc))
+
+
+@settings(max_examples=300, deadline=2000, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(producer=st.sampled_from(PRODUCERS), where=st.integers(0, 1 << 30),
+       value=st.integers(0, 255))
+def test_fast_fre_search_agrees_with_the_checked_walk(producer: str, where: int,
+                                                      value: int) -> None:
+    """One byte of the FRE sub-section changed: ``fre_finder``'s tight loop
+    must give exactly what ``_walk_fres`` gives, result or error, at every
+    offset of every FDE around the change (so no check was dropped for speed)."""
+    from sframe_core.format import _checked_find_fre, decode_fde, fre_finder, parse_header
+
+    data, address = seed(producer)
+    hdr = parse_header(data)
+    mutated = bytearray(data)
+    at = hdr.fre_base + where % hdr.fre_len
+    mutated[at] = value
+    blob = bytes(mutated)
+    find = fre_finder(hdr)
+    for index in range(hdr.num_fdes):
+        try:
+            fde = decode_fde(blob, hdr, index, address)
+        except SFrameError:
+            continue
+        if not fde.fres_offset - 16 <= at < fde.fres_offset + 64:
+            continue
+        for offset in range(0, min(fde.size, 0x400) + 2):
+            assert _outcome(find, blob, fde, offset) == \
+                _outcome(_checked_find_fre, blob, hdr, fde, offset), (index, offset)

@@ -52,7 +52,7 @@ def _parse(data: dict[str, object], old: dict[tuple[str, int], ObjfileEntry] | N
 
 
 def test_every_gdb_is_captured() -> None:
-    assert {"gdb13", "gdb17", "gdb18"} <= set(GDBS), GDBS
+    assert {"gdb13", "gdb16", "gdb17", "gdb18"} <= set(GDBS), GDBS
     for name in GDBS:
         assert {p.name for p in CAPTURES if p.name.startswith(name + "-")} == {
             f"{name}-{s}.json" for s in ("live", "twin", "noshdr-core")}

@@ -10,6 +10,7 @@ killable by an ordinary signal; a stopped process must stay stopped.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import platform
 import shutil
@@ -178,3 +179,114 @@ def test_permission_denied() -> None:
                                      "needs the same user, or root/CAP_SYS_PTRACE")
         assert len(out.stderr.splitlines()) == 1
         assert _state(proc.pid) == "S"
+
+
+# -- what --pid does while it works, and odd processes (issue 12) -----------------
+
+
+def test_ctrl_c_while_stopped_detaches_and_exits_130() -> None:
+    """SIGINT while every thread is stopped: let go, one line, exit 130.
+
+    ``SFRAME_TEST_HOLD_STOPPED`` keeps the threads stopped after the copy, so
+    the signal arrives at the worst moment (see sframe_core/ptrace.py)."""
+    with running(_fixture("deep.noeh"), "sleep") as proc:
+        cli = subprocess.Popen([sys.executable, "-m", "sframe_core", "backtrace", "--pid",
+                                str(proc.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=ROOT, stdin=subprocess.DEVNULL,
+                               env={**os.environ, "PYTHONPATH": str(ROOT),
+                                    "SFRAME_TEST_HOLD_STOPPED": "60"})
+        try:
+            for _ in range(3000):
+                if _status(proc.pid)["TracerPid"] == str(cli.pid) and _state(proc.pid) == "t":
+                    break
+                time.sleep(0.01)
+            assert _state(proc.pid) == "t", "the CLI never stopped the process"
+            cli.send_signal(signal.SIGINT)
+            out, err = cli.communicate(timeout=30)
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+        assert cli.returncode == 130, (out, err)
+        assert out == ""
+        assert err == f"sframe: interrupted; process {proc.pid} was left as it was\n"
+        _wait_for_state(proc.pid, "S")
+        assert _status(proc.pid)["TracerPid"] == "0"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == -signal.SIGTERM
+
+
+def test_zombie() -> None:
+    child = subprocess.Popen(["true"])
+    try:
+        for _ in range(500):
+            if _state(child.pid) == "Z":
+                break
+            time.sleep(0.01)
+        assert one_line_error("backtrace", "--pid", str(child.pid)) == (
+            f"sframe: process {child.pid}: is a zombie (it has exited and its parent "
+            f"{os.getpid()} has not collected its status); it has no stack")
+    finally:
+        child.wait()
+
+
+LEADER_EXITS = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((noinline)) void worker_sleeps(void) { for (;;) pause(); }
+__attribute__((noinline)) void *worker(void *arg) { worker_sleeps(); return arg; }
+int main(void) {
+    pthread_t t;
+    pthread_create(&t, 0, worker, 0);
+    printf("READY %d\n", getpid());
+    fflush(stdout);
+    pthread_exit(0);
+}
+"""
+
+
+def test_main_thread_exited_others_run_on(tmp_path: Path) -> None:
+    src = tmp_path / "leader.c"
+    src.write_text(LEADER_EXITS)
+    program = tmp_path / "leader"
+    subprocess.run(["gcc", "-O1", "-g", "-pthread", "-Wa,--gsframe", "-o", str(program),
+                    str(src)], check=True)
+    proc = subprocess.Popen([str(program)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().decode() == f"READY {proc.pid}\n"
+        for _ in range(500):
+            if _state(proc.pid) == "Z":
+                break
+            time.sleep(0.01)
+        assert _state(proc.pid) == "Z"  # the leader, while its worker sleeps
+        out = sframe("backtrace", "--pid", str(proc.pid), "--json")
+        data = json.loads(out.stdout)
+        (thread,) = data["threads"]
+        assert thread["lwp"] != proc.pid
+        names = [f["function"] for f in thread["frames"]]
+        assert "worker_sleeps" in names and "worker" in names, names
+        assert data["warnings"][0] == (f"process {proc.pid}: its main thread has exited; "
+                                       "1 other thread runs on and is shown")
+        assert _status(proc.pid)["TracerPid"] == "0"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_fifo_behind_sysroot_never_blocks(tmp_path: Path) -> None:
+    """The process's libc is a FIFO in the sysroot: refused before the process
+    is stopped, named where the walk needed it, and the command ends."""
+    with running(_fixture("deep.noeh"), "sleep") as proc:
+        libc = next(m.split()[-1] for m in Path(f"/proc/{proc.pid}/maps").read_text().splitlines()
+                    if "/libc.so" in m)
+        fifo = tmp_path / libc.lstrip("/")
+        fifo.parent.mkdir(parents=True)
+        os.mkfifo(fifo)
+        out = sframe("backtrace", "--pid", str(proc.pid), "--sysroot", str(tmp_path))
+        assert out.stderr == f"sframe: warning: {fifo}: not a regular file (a FIFO)\n"
+        assert out.stdout.splitlines()[-1] == (
+            f"Backtrace stopped: no unwind information covers this PC: pc "
+            f"{int(out.stdout.split()[5], 16):#x} in {libc}: {fifo}: not a regular file (a FIFO)")
+        assert _state(proc.pid) == "S"
+        assert _status(proc.pid)["TracerPid"] == "0"

@@ -2,14 +2,15 @@
 # not pytest's), read its output with helpers.gdbtools.parse_frames.
 #
 # For every thread, in gdb's thread order: "THREAD <lwp>[ selected]", then one
-# "FRAME <pc> real|inline <name>" line per frame (inline and tail-call frames
-# come from debug info, not from the stack: an unwinder only makes the real
-# ones), then "FRAME-END <why the walk stopped>". Reading frames this way is
-# sturdier than parsing `bt` text. (The `-ex 'python ... end'` form does not
-# work in -batch: gdb hands the whole string, `end` included, to Python.)
+# "FRAME <pc> real|inline|tailcall <name>" line per frame (inline and tail-call
+# frames come from debug info, not from the stack: an unwinder only makes the
+# real ones; gdb makes tail-call frames only in its DWARF unwinder), then
+# "FRAME-END <why the walk stopped>". Reading frames this way is sturdier
+# than parsing `bt` text. (The `-ex 'python ... end'` form does not work in
+# -batch: gdb hands the whole string, `end` included, to Python.)
 import gdb
 
-_NOT_REAL = (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME)
+_KIND = {gdb.INLINE_FRAME: "inline", gdb.TAILCALL_FRAME: "tailcall"}
 _LIMIT = 100000
 
 
@@ -22,7 +23,7 @@ def _dump_thread():
         except gdb.error as exc:
             print(f"FRAME-END error: {exc}")
             return
-        kind = "inline" if f.type() in _NOT_REAL else "real"
+        kind = _KIND.get(f.type(), "real")
         print(f"FRAME {pc:#x} {kind} {f.name()}")
         n += 1
         try:

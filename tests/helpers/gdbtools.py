@@ -75,7 +75,7 @@ def parse_bt(text: str) -> list[Frame]:
             for m in _FRAME.finditer(text)]
 
 
-_DUMP_FRAME = re.compile(r"^FRAME (0x[0-9a-f]+) (real|inline) (.*)$")
+_DUMP_FRAME = re.compile(r"^FRAME (0x[0-9a-f]+) (real|inline|tailcall) (.*)$")
 
 
 class Dump:
@@ -86,6 +86,7 @@ class Dump:
         self.selected = selected
         self.frames: list[Frame] = []  # every frame gdb shows, inline ones included
         self.real: list[int] = []  # the PCs of the frames an unwinder made (no inline/tail call)
+        self.kinds: list[str] = []  # per frame: "real", "inline" or "tailcall"
         self.end = "(no FRAME-END line: the walk did not finish)"
 
 
@@ -103,6 +104,7 @@ def parse_frames(text: str) -> list[Dump]:
             name = m.group(3).strip()
             pc = int(m.group(1), 16)
             dump.frames.append(Frame(pc, None if name == "None" else name, level=len(dump.frames)))
+            dump.kinds.append(m.group(2))
             if m.group(2) == "real":
                 dump.real.append(pc)
     return threads

@@ -99,3 +99,38 @@ def one_line_error(*args: str) -> str:
     lines = out.stderr.splitlines()
     assert len(lines) == 1, out.stderr
     return lines[0]
+
+
+# -- a program with very many function symbols ---------------------------------
+
+MANY_SYMBOLS_MAIN = r"""
+__attribute__((noinline)) void stop_here(void) { __asm__ volatile(""); }
+__attribute__((noinline)) void c2(void) { stop_here(); __asm__ volatile(""); }
+__attribute__((noinline)) void c1(void) { c2(); __asm__ volatile(""); }
+int main(void) { c1(); return 0; }
+"""
+
+
+def _filler(first: int, count: int) -> str:
+    """``count`` sized one-instruction functions ``fill_N``: what a big C++
+    program's symbol table looks like to the symbolizer, assembled in a second."""
+    lines = [".text"]
+    for n in range(first, first + count):
+        lines += [f".globl fill_{n}", f".type fill_{n}, @function", f"fill_{n}:", "ret",
+                  f".size fill_{n}, .-fill_{n}"]
+    return "\n".join(lines) + "\n"
+
+
+def build_many_symbols(directory: Path, count: int = 90_000) -> Path:
+    """A gcc + gas (``--gsframe``) program whose ``main`` and its callees sit
+    between two halves of ``count`` filler functions."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "main.c").write_text(MANY_SYMBOLS_MAIN)
+    half = count // 2
+    (directory / "before.s").write_text(_filler(0, half))
+    (directory / "after.s").write_text(_filler(half, count - half))
+    program = directory / "many"
+    subprocess.run(["gcc", "-O0", "-Wa,--gsframe", "-o", str(program),
+                    str(directory / "before.s"), str(directory / "main.c"),
+                    str(directory / "after.s")], check=True, capture_output=True, timeout=600)
+    return program

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from helpers import FIXTURES, Frame
-from helpers.gdbtools import Gdb, parse_bt
+from helpers.gdbtools import FRAMES_SCRIPT, Gdb, parse_bt, parse_frames
 
 DIR = FIXTURES / "realprogs"
 
@@ -161,15 +161,36 @@ class Stop(NamedTuple):
     breakpoint: str
     bt_text: str
     frames: list[Frame]
+    extra: str  # output of gdb_stops' ``extra`` command at this stop ("" without one)
 
 
 _TBREAK = re.compile(r"Temporary breakpoint (\d+) at ")
 _STOPPED = re.compile(r"^Temporary breakpoint \d+(?:\.\d+)?, ", re.M)
 _LIVE = re.compile(r"^(\d+)\s+breakpoint\s", re.M)
+# a location line of `info breakpoints` (one per location of a multi-location breakpoint)
+_ADDRESS = re.compile(r"\s(0x[0-9a-f]+)\s+in\s")
+
+
+def breakpoint_offsets(gdb: str, twin: Path, program: Program,
+                       breakpoints: Iterable[str] | None = None) -> dict[str, list[int]]:
+    """Where gdb puts each breakpoint in ``twin`` (file offsets from the load
+    base, every location of inlined functions), for the stripped variant, which
+    has no names: ``gdb_stops(..., at=...)`` breaks there."""
+    bps = list(program.breakpoints if breakpoints is None else breakpoints)
+    out: dict[str, list[int]] = {}
+    with Gdb(gdb, plugin=False, args=[str(twin)]) as g:
+        for bp in bps:
+            g.cmd(f"tbreak {bp}")
+            text = g.cmd("info breakpoints")
+            g.cmd("delete")
+            out[bp] = [int(a, 16) for a in _ADDRESS.findall(text)]
+    return out
 
 
 def gdb_stops(gdb: str, binary: Path, program: Program, *, plugin: bool = False,
-              breakpoints: Iterable[str] | None = None, timeout: float = 300) -> dict[str, Stop]:
+              breakpoints: Iterable[str] | None = None, extra: str | None = None,
+              at: dict[str, list[int]] | None = None, prologue_analyzer: bool = False,
+              timeout: float = 300) -> dict[str, Stop]:
     """Run ``binary`` under one gdb with a ``tbreak`` on every breakpoint; ``bt`` at each stop.
 
     One session for all stops (a session per stop costs a gdb start each).
@@ -177,21 +198,76 @@ def gdb_stops(gdb: str, binary: Path, program: Program, *, plugin: bool = False,
     as in a session with only that breakpoint; tbreaks that share a PC (an
     inline site at a function's start) are all hit by the same stop. A
     breakpoint missing from the result was never hit or could not be set.
+    ``extra``: one more gdb command run at each stop (e.g. ``info registers``).
+    ``at``: break at these offsets from the load base instead of at names
+    (from :func:`breakpoint_offsets`; for ``.noeh.stripped``).
+    ``prologue_analyzer``: leave gdb >= 16's amd64 prologue analyzer on, as a
+    user has it (by default it is off, so that it cannot hide an unwinder failure).
     """
     bps = list(program.breakpoints if breakpoints is None else breakpoints)
     stops: dict[str, Stop] = {}
-    with Gdb(gdb, plugin=plugin, args=[str(binary)]) as g:
+    with Gdb(gdb, plugin=plugin, args=[str(binary)], disable_prologue=not prologue_analyzer) as g:
         numbers: dict[int, str] = {}
-        for bp in bps:
-            m = _TBREAK.search(g.cmd(f"tbreak {bp}"))
-            if m:
-                numbers[int(m.group(1))] = bp
-        out = g.cmd(program.run_line(), timeout=timeout)
+        start = program.run_line()
+        if at is not None:
+            g.cmd("starti" + start[len("run"):], timeout=timeout)
+            base = _load_base(g.cmd("info proc mappings"), binary)
+            for bp in bps:
+                for off in at.get(bp, []):
+                    m = _TBREAK.search(g.cmd(f"tbreak *{base + off:#x}"))
+                    if m:
+                        numbers[int(m.group(1))] = bp
+            start = "continue"
+        else:
+            for bp in bps:
+                m = _TBREAK.search(g.cmd(f"tbreak {bp}"))
+                if m:
+                    numbers[int(m.group(1))] = bp
+        out = g.cmd(start, timeout=timeout)
         while _STOPPED.search(out):
             live = {int(n) for n in _LIVE.findall(g.cmd("info breakpoints"))}
             text = g.cmd("bt", timeout=timeout)
+            more = g.cmd(extra, timeout=timeout) if extra else ""
             for n, bp in numbers.items():
                 if n not in live and bp not in stops:
-                    stops[bp] = Stop(bp, text, parse_bt(text))
+                    stops[bp] = Stop(bp, text, parse_bt(text), more)
             out = g.cmd("continue", timeout=timeout)
     return stops
+
+
+def _load_base(mappings: str, binary: Path) -> int:
+    starts = [int(line.split()[0], 16) for line in mappings.splitlines()
+              if line.strip().endswith(str(binary)) and line.split()[0].startswith("0x")]
+    if not starts:
+        raise AssertionError(f"{binary} not in the process's mappings:\n{mappings}")
+    return min(starts)
+
+
+# gdb command printing every frame (the suite's one frame dumper)
+FRAME_LIST = f"source {FRAMES_SCRIPT}"
+
+
+def frame_list(stop: Stop) -> list[str]:
+    """The frames FRAME_LIST printed at ``stop`` as "PC:NAME[:inline|:tailcall]"
+    (an inline frame has the pc of the frame it is inlined in), then "END:why"
+    when the walk ended on an error."""
+    dumps = parse_frames(stop.extra)
+    if not dumps:
+        return ["NO-OUTPUT"]
+    d = dumps[0]
+    out = [f"{f.pc:x}:{f.name}" + ("" if kind == "real" else ":" + kind)
+           for f, kind in zip(d.frames, d.kinds, strict=True)]
+    if d.end.startswith("error"):
+        out.append("END:" + d.end.replace(" ", "_"))
+    return out
+
+
+def no_tailcall(frames: list[str]) -> list[str]:
+    """gdb's DWARF unwinder adds TAILCALL_FRAMEs from DW_TAG_call_site info (a
+    function that was left by a tail jump); no Python unwinder can make them."""
+    return [f for f in frames if not f.endswith(":tailcall")]
+
+
+def physical_pcs(frames: list[str]) -> list[str]:
+    """The pcs of real frames (no inline or tailcall frames): all a stripped file can show."""
+    return [f.split(":")[0] for f in frames if not f.endswith((":tailcall", ":inline"))]

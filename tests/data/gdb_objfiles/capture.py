@@ -3,6 +3,12 @@
     cd tests && ../.venv/bin/python -m data.gdb_objfiles.capture NAME GDB
     e.g. NAME GDB = gdb13 /usr/bin/gdb, gdb18 ../.debuggers/bin/gdb-18
 
+gdb13 is Debian 12's /usr/bin/gdb (13.1), gdb17 and gdb18 the PyPI builds
+scripts/setup.sh installs (17.2, 18.1). gdb16 is Debian 13's /usr/bin/gdb
+(16.3), captured in a Debian 13 chroot on the same fixtures, with that
+system's Python and a checkout's .venv: ``cd tests && PYTHONPATH=..:.
+../.venv/bin/python -m data.gdb_objfiles.capture gdb16 /usr/bin/gdb``.
+
 writes NAME-SCENARIO.json here for three scenarios on tests/fixtures/x86_64/bu2.44-v2:
 ``live`` (deep.noeh, no .eh_frame, stopped by abort), ``twin`` (deep, with
 .eh_frame) and ``noshdr-core`` (a copy of deep.noeh without section headers,
