@@ -394,6 +394,7 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
         table += struct.pack(endian + "IIQQQQIIQQ", sec.name_offset, stype, sec.flags, sec.addr,
                              offset, size, sec.link, sec.info, sec.align, sec.entsize)
     out.write(table)
+    file_end = shoff + len(table)
     out.seek(_EHDR_SIZE)
     for ph in phdrs:
         ptype, flags, offset, vaddr, paddr, filesz, memsz, palign = ph
@@ -406,8 +407,10 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
                 else (0, min(filesz, headers))
         else:
             # As objcopy: the segment keeps its addresses and sizes in memory
-            # but no bytes; the offset stays congruent to the address.
-            offset, filesz = (vaddr % palign if ptype == _PT_LOAD and palign else 0), 0
+            # but no bytes; the offset stays congruent to the address when
+            # that is inside the file (readers check offsets against the size).
+            congruent = vaddr % palign if ptype == _PT_LOAD and palign else 0
+            offset, filesz = (congruent if congruent <= file_end else 0), 0
         out.write(struct.pack(endian + "IIQQQQQQ", ptype, flags, offset, vaddr, paddr, filesz,
                               memsz, palign))
     (etype, machine, version, entry, _phoff, _shoff, eflags, _ehsize, _phentsize, _phnum,
