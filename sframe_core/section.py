@@ -276,13 +276,7 @@ class SFrameSection:
         if hit is None:
             return None
         _k, fre, following = hit
-        key = (fde.flex, fre.info & 0x7F, fre.words, fre.word_size)
-        rules = self._rules.get(key)
-        if rules is None:
-            rules = fre_rules(self.header, fde, fre, self.arch)
-            if len(self._rules) >= RULES_CACHE_SIZE:
-                self._rules.clear()
-            self._rules[key] = rules
+        rules = self._rules_for(fde, fre)
         if fde.is_pcmask:
             block = pc - offset
             end = block + (following if following is not None else fde.rep_size)
@@ -290,15 +284,58 @@ class SFrameSection:
         else:
             start = fde.start + fre.start
             end = fde.start + (following if following is not None else fde.size)
+        return Lookup(fde, fre, rules, self._row(fde, fre, rules, start, end, pc))
+
+    def _rules_for(self, fde: FDE, fre: FRE) -> FRERules:
+        key = (fde.flex, fre.info & 0x7F, fre.words, fre.word_size)
+        rules = self._rules.get(key)
+        if rules is None:
+            rules = fre_rules(self.header, fde, fre, self.arch)
+            if len(self._rules) >= RULES_CACHE_SIZE:
+                self._rules.clear()
+            self._rules[key] = rules
+        return rules
+
+    def _wants_saved(self, fde: FDE) -> bool:
+        return self.code is not None and not fde.is_pcmask and (
+            SAVED_REGISTERS if self.saved_registers is None else self.saved_registers)
+
+    def _row(self, fde: FDE, fre: FRE, rules: FRERules, start: int, end: int,
+             pc: int | None = None) -> Row:
+        """The row of ``fre`` for ``[start, end)``; with ``pc``, narrowed to the
+        span around it where the saved-register rules (saved.py) do not change."""
         regs: tuple[tuple[int, Rule], ...] = ()
-        if self.code is not None and not fde.is_pcmask and (
-                SAVED_REGISTERS if self.saved_registers is None else self.saved_registers):
+        if pc is not None and self._wants_saved(fde):
             regs, lo, hi = self.saved_analysis(fde).regs_at(pc)
             start, end = max(start, lo), min(end, hi)
-        row = Row(start, end, fde.start, correct_cfa(self.arch, fde, rules.cfa), rules.ra, rules.fp,
-                  regs, fre.mangled_ra, rules.outermost, self.header.version == 3 and fde.signal,
-                  "sframe")
-        return Lookup(fde, fre, rules, row)
+        return Row(start, end, fde.start, correct_cfa(self.arch, fde, rules.cfa), rules.ra, rules.fp,
+                   regs, fre.mangled_ra, rules.outermost, self.header.version == 3 and fde.signal,
+                   "sframe")
+
+    def fde_rows(self, fde: FDE, block: int = 0) -> list[Row]:
+        """The rows of one FDE, or of repetition block ``block`` of a PC-mask FDE.
+
+        For converters that need a whole function at once (``sframe_core.dwarf``);
+        the same rows ``lookup`` gives PC by PC (split where the saved-register
+        rules change), clipped to the FDE's range.
+
+        :raises FormatError: the FREs are corrupt.
+        """
+        base = fde.start + block * fde.rep_size if fde.is_pcmask else fde.start
+        limit = min(base + fde.rep_size, fde.end) if fde.is_pcmask else fde.end
+        fres = self.get_fres(fde)
+        saved = self._wants_saved(fde)
+        rows: list[Row] = []
+        for k, fre in enumerate(fres):
+            start = base + fre.start
+            end = min(base + fres[k + 1].start if k + 1 < len(fres) else limit, limit)
+            rules = self._rules_for(fde, fre)
+            pc = start
+            while pc < end:
+                row = self._row(fde, fre, rules, pc, end, pc if saved else None)
+                rows.append(row)
+                pc = row.end
+        return rows
 
     def saved_analysis(self, fde: FDE) -> Analysis:
         """Where the function of ``fde`` keeps the callee-saved registers (saved.py),

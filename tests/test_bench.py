@@ -22,6 +22,7 @@ BENCHES = {
     "bench_gdb": (["--depth", "50", "--repeat", "1", "--steps", "3", "--saved", "both"],
                   "(saved registers on): stepi+bt per instruction"),
     "bench_lldb": (["--depth", "50"], "ratio provider/native"),
+    "bench_dwarf": (["--fdes", "300", "--repeat", "1"], "worst reload"),
     "bench_pid": (["--attaches", "3", "--interval", "0.01"], "signals:"),
     "bench_symbols": (["--symbols", "2000"], "command:"),
     "bench_saved": ([str(ROOT / "tests" / "fixtures" / "realprogs" / "bzip2" / "busid-v3-Os" / "bzip2")],
