@@ -243,7 +243,7 @@ def status(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> str:
 
 def _provider_status(target: lldb.SBTarget) -> str:
     if target is not None and target.IsValid() and not symfiles.needs_provider(target):
-        return "frame provider: not needed (every SFrame module is on the native route)"
+        return "frame provider: not needed (no module it could help: see above)"
     if not supported():
         return ("frame provider: not available in this LLDB (no scripted frame providers); "
                 "'sframe bt' works")

@@ -63,6 +63,10 @@ def _module_key(module: lldb.SBModule) -> tuple[str, str]:
             module.GetUUIDString() or "")
 
 
+def _name(module: lldb.SBModule) -> str:
+    return module.GetFileSpec().GetFilename() or module.GetFileSpec().fullpath or "?"
+
+
 def _has_section(module: lldb.SBModule, name: str) -> bool:
     section = module.FindSection(name)
     return bool(section.IsValid() and section.GetByteSize())
@@ -117,7 +121,7 @@ def _quote(text: str) -> str:
 
 
 def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule) -> Route:
-    name = module.GetFileSpec().GetFilename() or "?"
+    name = _name(module)
     path = module.GetFileSpec().fullpath
     if not path or not os.path.isfile(path):
         return Route(FAILED, name, "its file is not on this machine")
@@ -155,13 +159,13 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> list[Route
         try:
             if built is not None and built.sframe is None and built.error is not None:
                 # The core said why, once ("... its unwind data is ignored").
-                route = Route(FAILED, key[0], f"unusable .sframe: {built.error}", False)
+                route = Route(FAILED, _name(module), f"unusable .sframe: {built.error}", False)
                 seen[key] = route
                 new.append(route)
                 continue
             route = _add(debugger, target, module)
         except Exception as exc:  # noqa: BLE001 - one line, LLDB keeps working
-            route = Route(FAILED, key[0], f"{type(exc).__name__}: {exc}")
+            route = Route(FAILED, _name(module), f"{type(exc).__name__}: {exc}")
         seen[key] = route
         new.append(route)
         if route.kind == FAILED:
