@@ -203,6 +203,40 @@ command("backtrace", "unwind every thread of a core file or a live process",
         backtrace.configure)(backtrace.run)
 
 
+# -- to-dwarf (sframe_core/symfile.py) -------------------------------------------
+
+
+def _configure_to_dwarf(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="ELF executable or library with .sframe")
+    parser.add_argument("-o", "--output", metavar="OUT",
+                        help="write the symbol file to OUT (default: FILE.debug)")
+    parser.add_argument("--build-id-dir", metavar="DIR",
+                        help="write it as DIR/.build-id/xx/yyyy.debug, where gdb "
+                             "(set debug-file-directory DIR) and elfutils find it")
+
+
+@command("to-dwarf", "write a symbol file whose .debug_frame says what .sframe says",
+         _configure_to_dwarf)
+def run_to_dwarf(args: argparse.Namespace) -> int:
+    from .symfile import build_id_path, read_module, write_symbol_file
+
+    if args.output and args.build_id_dir:
+        raise UsageError("give -o OUT or --build-id-dir DIR, not both")
+    out = args.output or f"{args.file}.debug"
+    if args.build_id_dir:
+        build_id = read_module(args.file).build_id
+        if not build_id:
+            raise CommandFailed(f"{args.file}: no build-id note: use -o OUT")
+        out = build_id_path(args.build_id_dir, build_id)
+        try:
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+        except OSError as exc:
+            raise CommandFailed(f"{os.path.dirname(out)}: {exc.strerror or exc}") from None
+    made = write_symbol_file(args.file, out)
+    sys.stdout.write(f"{made.path}\n")
+    return 0
+
+
 # -- gdbinit (owned by the GDB adapter) ----------------------------------------
 
 

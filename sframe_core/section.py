@@ -234,13 +234,7 @@ class SFrameSection:
         if hit is None:
             return None
         _k, fre, following = hit
-        key = (fde.flex, fre.info & 0x7F, fre.words, fre.word_size)
-        rules = self._rules.get(key)
-        if rules is None:
-            rules = fre_rules(self.header, fde, fre, self.arch)
-            if len(self._rules) >= RULES_CACHE_SIZE:
-                self._rules.clear()
-            self._rules[key] = rules
+        rules = self._rules_for(fde, fre)
         if fde.is_pcmask:
             block = pc - offset
             end = block + (following if following is not None else fde.rep_size)
@@ -248,9 +242,41 @@ class SFrameSection:
         else:
             start = fde.start + fre.start
             end = fde.start + (following if following is not None else fde.size)
-        row = Row(start, end, fde.start, correct_cfa(self.arch, fde, rules.cfa), rules.ra, rules.fp, (),
-                  fre.mangled_ra, rules.outermost, self.header.version == 3 and fde.signal, "sframe")
-        return Lookup(fde, fre, rules, row)
+        return Lookup(fde, fre, rules, self._row(fde, fre, rules, start, end))
+
+    def _rules_for(self, fde: FDE, fre: FRE) -> FRERules:
+        key = (fde.flex, fre.info & 0x7F, fre.words, fre.word_size)
+        rules = self._rules.get(key)
+        if rules is None:
+            rules = fre_rules(self.header, fde, fre, self.arch)
+            if len(self._rules) >= RULES_CACHE_SIZE:
+                self._rules.clear()
+            self._rules[key] = rules
+        return rules
+
+    def _row(self, fde: FDE, fre: FRE, rules: FRERules, start: int, end: int) -> Row:
+        return Row(start, end, fde.start, correct_cfa(self.arch, fde, rules.cfa), rules.ra, rules.fp,
+                   (), fre.mangled_ra, rules.outermost, self.header.version == 3 and fde.signal,
+                   "sframe")
+
+    def fde_rows(self, fde: FDE, block: int = 0) -> list[Row]:
+        """The rows of one FDE, or of repetition block ``block`` of a PC-mask FDE.
+
+        For converters that need a whole function at once (``sframe_core.dwarf``);
+        the same rows ``lookup`` gives PC by PC, clipped to the FDE's range.
+
+        :raises FormatError: the FREs are corrupt.
+        """
+        base = fde.start + block * fde.rep_size if fde.is_pcmask else fde.start
+        limit = min(base + fde.rep_size, fde.end) if fde.is_pcmask else fde.end
+        fres = self.get_fres(fde)
+        rows: list[Row] = []
+        for k, fre in enumerate(fres):
+            start = base + fre.start
+            end = min(base + fres[k + 1].start if k + 1 < len(fres) else limit, limit)
+            if start < end:
+                rows.append(self._row(fde, fre, self._rules_for(fde, fre), start, end))
+        return rows
 
     def row_at(self, pc: int) -> Row | None:
         """The row at ``pc``; rows are kept by PC, as a recursion asks again and again."""

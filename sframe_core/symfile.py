@@ -1,0 +1,639 @@
+"""A symbol file per module: the module's build-id, its debug information and a
+``.debug_frame`` made from its ``.sframe``, cached on disk.
+
+A DWARF consumer given this file (LLDB's ``target symbols add``, gdb's
+``add-symbol-file`` or ``debug-file-directory``, elfutils, perf) unwinds the
+module with its own unwinder from the SFrame rows, and loses nothing it had:
+the file is laid out as ``objcopy --only-keep-debug`` lays out a separate
+debug file (every section header kept at its index, so symbol and link
+fields stay valid; allocated sections become ``SHT_NOBITS``; notes, symbol
+tables and ``.debug_*`` keep their bytes), with the generated
+``.debug_frame`` added. When the module's debug information lives in a
+separate debug file (found by build-id or ``.gnu_debuglink``), that file is
+the one copied, so adding ours never hides the variables, types and line
+tables LLDB or gdb would have used. See docs/dwarf.md for why the ELF is
+written here rather than by objcopy.
+
+Cache: ``$XDG_CACHE_HOME/sframe-gdb/symbols`` (default ``~/.cache``), one
+file per (build-id, hash of the ``.sframe`` bytes, identity of the copied
+debug file, generator version); written to a temporary file in the same
+directory and renamed into place, so readers (and a second debugger doing
+the same at the same time) only ever see whole files. A module without
+build-id is keyed by its path, size and modification time instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import struct
+import tempfile
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import BinaryIO, NamedTuple
+
+from .abi import AMD64
+from .dwarf import debug_frame, entry_function
+from .elf import read_elf
+from .errors import FileError, FormatError, SFrameError
+from .modules import Module
+from .symbols import DEBUG_ROOTS
+
+__all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "write_symbol_file",
+           "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module"]
+
+# Bump when the bytes written for the same input change (a fix in dwarf.py):
+# cached files of older generators are then not reused.
+GENERATOR = 1
+
+_SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
+_SHF_ALLOC = 0x2
+_PT_LOAD, _PT_NOTE, _PT_PHDR = 1, 4, 6
+_ET_REL = 1
+_NT_GNU_BUILD_ID = 3
+_EHDR_SIZE, _PHDR_SIZE, _SHDR_SIZE = 64, 56, 64
+_DEBUG_INFO = (".debug_info", ".zdebug_info")
+
+
+class SymbolFile(NamedTuple):
+    """What ``symbol_file_for`` made or found.
+
+    ``path``: the file to give the debugger. ``cached``: reused without
+    regenerating. ``debug_source``: the file whose debug information was
+    copied in (the module itself, its separate debug file), or None when
+    there was none. ``warning``: one line worth showing once (the cache
+    directory was not writable and a temporary one was used), or None.
+    """
+
+    path: str
+    build_id: str | None
+    cached: bool
+    debug_source: str | None
+    warning: str | None = None
+
+
+class _Section(NamedTuple):
+    name: str
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    align: int
+    entsize: int
+    name_offset: int
+
+
+class ModuleInfo(NamedTuple):
+    """An ELF file's headers, read once, bounds-checked against its size."""
+
+    path: str
+    big_endian: bool
+    ident: bytes
+    header: tuple[int, ...]  # e_type .. e_shstrndx, as unpacked
+    phdrs: tuple[tuple[int, ...], ...]
+    sections: tuple[_Section, ...]
+    shstrndx: int
+    size: int
+    build_id: str | None
+    debuglink: tuple[str, int] | None  # (name, crc32)
+
+    @property
+    def elf_type(self) -> int:
+        return self.header[0]
+
+    def section(self, name: str) -> _Section | None:
+        for sec in self.sections:
+            if sec.name == name:
+                return sec
+        return None
+
+    @property
+    def has_debug_info(self) -> bool:
+        return any(sec.name in _DEBUG_INFO and sec.type != _SHT_NOBITS and sec.size
+                   for sec in self.sections)
+
+
+def _read_at(stream: BinaryIO, offset: int, size: int, limit: int, what: str, path: str) -> bytes:
+    if offset < 0 or size < 0 or offset + size > limit:
+        raise FileError(f"{path}: malformed ELF file: {what} lies outside the file")
+    stream.seek(offset)
+    data = stream.read(size)
+    if len(data) != size:
+        raise FileError(f"{path}: malformed ELF file: {what} is truncated")
+    return data
+
+
+def _notes_build_id(data: bytes, endian: str) -> str | None:
+    pos = 0
+    while pos + 12 <= len(data):
+        namesz, descsz, ntype = struct.unpack_from(endian + "III", data, pos)
+        name_at = pos + 12
+        desc_at = name_at + ((namesz + 3) & ~3)
+        end = desc_at + ((descsz + 3) & ~3)
+        if desc_at + descsz > len(data):
+            return None
+        if ntype == _NT_GNU_BUILD_ID and data[name_at:name_at + namesz].rstrip(b"\0") == b"GNU" \
+                and descsz:
+            return data[desc_at:desc_at + descsz].hex()
+        pos = end
+    return None
+
+
+def read_module(path: str) -> ModuleInfo:
+    """The headers of ``path`` (a 64-bit ELF file) and its build-id and debuglink.
+
+    :raises FileError: not readable, not a 64-bit ELF file, or malformed.
+    """
+    try:
+        with open(path, "rb") as stream:
+            size = os.fstat(stream.fileno()).st_size
+            ident = stream.read(16)
+            if len(ident) < 16 or ident[:4] != b"\x7fELF":
+                raise FileError(f"{path}: not an ELF file")
+            if ident[4] != 2:
+                raise FileError(f"{path}: not a 64-bit ELF file")
+            if ident[5] not in (1, 2):
+                raise FileError(f"{path}: malformed ELF file: bad data encoding {ident[5]}")
+            endian = ">" if ident[5] == 2 else "<"
+            raw = _read_at(stream, 16, _EHDR_SIZE - 16, size, "the ELF header", path)
+            header = struct.unpack(endian + "HHIQQQIHHHHHH", raw)
+            (_etype, _machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize,
+             phnum, shentsize, shnum, shstrndx) = header
+            phdrs: list[tuple[int, ...]] = []
+            if phnum:
+                if phentsize != _PHDR_SIZE:
+                    raise FileError(f"{path}: malformed ELF file: program header size {phentsize}")
+                table = _read_at(stream, phoff, phnum * _PHDR_SIZE, size, "the program headers",
+                                 path)
+                phdrs = [struct.unpack_from(endian + "IIQQQQQQ", table, i * _PHDR_SIZE)
+                         for i in range(phnum)]
+            rows: list[tuple[int, ...]] = []
+            if shoff:
+                if shentsize != _SHDR_SIZE:
+                    raise FileError(f"{path}: malformed ELF file: section header size {shentsize}")
+                first = struct.unpack(endian + "IIQQQQIIQQ",
+                                      _read_at(stream, shoff, _SHDR_SIZE, size,
+                                               "the section headers", path))
+                if shnum == 0:
+                    shnum = first[5]  # extended numbering: the count is in section 0
+                if shstrndx == 0xFFFF:
+                    shstrndx = first[6]
+                table = _read_at(stream, shoff, shnum * _SHDR_SIZE, size, "the section headers",
+                                 path)
+                rows = [struct.unpack_from(endian + "IIQQQQIIQQ", table, i * _SHDR_SIZE)
+                        for i in range(shnum)]
+            names = b""
+            if rows:
+                if not 0 < shstrndx < len(rows):
+                    raise FileError(f"{path}: malformed ELF file: no section name table")
+                strtab = rows[shstrndx]
+                names = _read_at(stream, strtab[4], strtab[5], size, "the section name table", path)
+            sections = []
+            for row in rows:
+                end = names.find(b"\0", row[0])
+                name = names[row[0]:end if end >= 0 else len(names)].decode("utf-8", "replace")
+                sec = _Section(name, row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
+                               row[9], row[0])
+                if sec.type not in (_SHT_NOBITS, _SHT_NULL) and sec.offset + sec.size > size:
+                    raise FileError(f"{path}: malformed ELF file: section {name} lies outside "
+                                    "the file")
+                sections.append(sec)
+            build_id = None
+            for sec in sections:
+                if sec.type == _SHT_NOTE and sec.size <= 1 << 20:
+                    build_id = _notes_build_id(
+                        _read_at(stream, sec.offset, sec.size, size, sec.name, path), endian)
+                    if build_id:
+                        break
+            if build_id is None and not sections:
+                for ph in phdrs:
+                    if ph[0] == _PT_NOTE and ph[5] <= 1 << 20:
+                        build_id = _notes_build_id(
+                            _read_at(stream, ph[2], ph[5], size, "a PT_NOTE segment", path), endian)
+                        if build_id:
+                            break
+            debuglink = None
+            for sec in sections:
+                if sec.name == ".gnu_debuglink" and 8 <= sec.size <= 4096:
+                    data = _read_at(stream, sec.offset, sec.size, size, sec.name, path)
+                    name_end = data.find(b"\0")
+                    if name_end > 0 and len(data) >= ((name_end + 4) & ~3) + 4:
+                        (crc,) = struct.unpack_from(endian + "I", data, (name_end + 4) & ~3)
+                        debuglink = (os.fsdecode(data[:name_end]), crc)
+    except OSError as exc:
+        raise FileError(f"{path}: {exc.strerror or exc}") from None
+    return ModuleInfo(path, endian == ">", ident, header, tuple(phdrs), tuple(sections),
+                      shstrndx, size, build_id, debuglink)
+
+
+def build_id_path(root: str, build_id: str) -> str:
+    """Where gdb, elfutils and LLDB look for a debug file by build-id under ``root``."""
+    return os.path.join(root, ".build-id", build_id[:2], build_id[2:] + ".debug")
+
+
+def _crc32(path: str) -> int | None:
+    crc = 0
+    try:
+        with open(path, "rb") as stream:
+            while chunk := stream.read(1 << 20):
+                crc = zlib.crc32(chunk, crc)
+    except OSError:
+        return None
+    return crc & 0xFFFFFFFF
+
+
+def _debug_file(module: ModuleInfo, debug_roots: Sequence[str]) -> ModuleInfo | None:
+    """The separate debug file gdb and LLDB would use for ``module``, if any.
+
+    By build-id under each root first, then by ``.gnu_debuglink`` beside the
+    module, in its ``.debug`` directory and under each root (gdb's order).
+    A candidate whose build-id (or, without one, CRC) does not match is not
+    the module's and is skipped.
+    """
+    candidates: list[str] = []
+    if module.build_id and len(module.build_id) > 2:
+        candidates += [build_id_path(root, module.build_id) for root in debug_roots]
+    if module.debuglink is not None:
+        here = os.path.dirname(os.path.realpath(module.path))
+        name = module.debuglink[0]
+        candidates += [os.path.join(here, name), os.path.join(here, ".debug", name)]
+        candidates += [os.path.join(root + here, name) for root in debug_roots]
+    real = os.path.realpath(module.path)
+    for candidate in candidates:
+        if not os.path.isfile(candidate) or os.path.realpath(candidate) == real:
+            continue
+        try:
+            info = read_module(candidate)
+        except FileError:
+            continue
+        if not info.has_debug_info:
+            continue
+        if module.build_id:
+            if info.build_id != module.build_id:
+                continue
+        elif module.debuglink is None or _crc32(candidate) != module.debuglink[1]:
+            continue
+        return info
+    return None
+
+
+def _debug_source(module: ModuleInfo, debug_roots: Sequence[str]) -> ModuleInfo | None:
+    if module.has_debug_info:
+        return module
+    return _debug_file(module, debug_roots)
+
+
+# -- writing ------------------------------------------------------------------------
+
+
+def _align(value: int, alignment: int) -> int:
+    alignment = max(alignment, 1)
+    return (value + alignment - 1) // alignment * alignment
+
+
+def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
+           debuglink: bytes | None = None) -> None:
+    """Write the symbol file: ``base``'s sections (the module, or its debug file)
+    as ``objcopy --only-keep-debug`` keeps them, plus ``frame`` as ``.debug_frame``
+    (and ``debuglink`` as ``.gnu_debuglink``, see ``_debuglink``).
+
+    The ELF and program headers are the module's, so the file describes the
+    same layout; segments hold no bytes except notes.
+    """
+    endian = ">" if module.big_endian else "<"
+    src = base
+    sections = list(src.sections)
+    names = b""
+    if sections:
+        strtab = sections[src.shstrndx]
+        with open(src.path, "rb") as stream:
+            names = _read_at(stream, strtab.offset, strtab.size, src.size, ".shstrtab", src.path)
+    if not sections:
+        # Section headers stripped (PT_GNU_SFRAME found through the program
+        # headers): a null section, the notes as sections, the name table.
+        sections = [_Section("", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)]
+        names = b"\0"
+        for ph in module.phdrs:
+            if ph[0] == _PT_NOTE:
+                sections.append(_Section(".note", _SHT_NOTE, _SHF_ALLOC, ph[3], ph[2], ph[5], 0, 0,
+                                         ph[7] or 4, 0, len(names)))
+        names += b".note\0"
+        sections.append(_Section(".shstrtab", 3, 0, 0, 0, 0, 0, 0, 1, 0, len(names)))
+        names += b".shstrtab\0"
+        shstrndx = len(sections) - 1
+        src = module
+    else:
+        shstrndx = src.shstrndx
+    own: dict[int, bytes] = {}  # contents written here, by section index
+
+    def provide(name: str, data: bytes, align: int) -> None:
+        nonlocal names
+        index = next((i for i, sec in enumerate(sections) if i and sec.name == name), None)
+        if index is None:
+            index = len(sections)
+            sections.append(_Section(name, _SHT_PROGBITS, 0, 0, 0, 0, 0, 0, align, 0, len(names)))
+            names += name.encode() + b"\0"
+        else:
+            sections[index] = sections[index]._replace(type=_SHT_PROGBITS, flags=0, align=align)
+        own[index] = data
+
+    provide(".debug_frame", frame, 8)
+    if debuglink is not None:
+        provide(".gnu_debuglink", debuglink, 4)
+    own[shstrndx] = names
+
+    phdrs = module.phdrs
+    pos = _EHDR_SIZE + len(phdrs) * _PHDR_SIZE
+    out.seek(pos)
+    placed: list[tuple[int, int, int, int]] = []  # (type, offset, size, index)
+    note_at: dict[int, int] = {}  # address -> new offset of an allocated note
+    with open(src.path, "rb") as stream:
+        for index, sec in enumerate(sections):
+            if index == 0:
+                placed.append((_SHT_NULL, 0, 0, 0))
+                continue
+            data = own.get(index)
+            if data is None and (sec.type in (_SHT_NOBITS, _SHT_NULL)
+                                 or (sec.flags & _SHF_ALLOC and sec.type != _SHT_NOTE)):
+                placed.append((_SHT_NOBITS if sec.type != _SHT_NULL else _SHT_NULL, pos, sec.size,
+                               index))
+                continue
+            pos = _align(pos, sec.align)
+            out.seek(pos)
+            if data is not None:
+                out.write(data)
+                size = len(data)
+            else:
+                size = sec.size
+                stream.seek(sec.offset)
+                left = size
+                while left:
+                    chunk = stream.read(min(left, 1 << 20))
+                    if not chunk:
+                        raise FileError(f"{src.path}: section {sec.name} is truncated")
+                    out.write(chunk)
+                    left -= len(chunk)
+            if sec.type == _SHT_NOTE and sec.flags & _SHF_ALLOC:
+                note_at[sec.addr] = pos
+            placed.append((sec.type, pos, size, index))
+            pos += size
+    shoff = _align(pos, 8)
+    out.seek(shoff)
+    table = bytearray()
+    for (stype, offset, size, index), sec in zip(placed, sections, strict=True):
+        if index == 0:
+            table += bytes(_SHDR_SIZE)
+            continue
+        table += struct.pack(endian + "IIQQQQIIQQ", sec.name_offset, stype, sec.flags, sec.addr,
+                             offset, size, sec.link, sec.info, sec.align, sec.entsize)
+    out.write(table)
+    out.seek(_EHDR_SIZE)
+    for ph in phdrs:
+        ptype, flags, offset, vaddr, paddr, filesz, memsz, palign = ph
+        if ptype == _PT_NOTE and vaddr in note_at:
+            offset = note_at[vaddr]
+        elif ptype == _PT_PHDR or (ptype == _PT_LOAD and offset == 0 and filesz):
+            # The headers are where they were: the first segment still maps them.
+            headers = _EHDR_SIZE + len(phdrs) * _PHDR_SIZE
+            offset, filesz = (_EHDR_SIZE, headers - _EHDR_SIZE) if ptype == _PT_PHDR \
+                else (0, min(filesz, headers))
+        else:
+            # As objcopy: the segment keeps its addresses and sizes in memory
+            # but no bytes; the offset stays congruent to the address.
+            offset, filesz = (vaddr % palign if ptype == _PT_LOAD and palign else 0), 0
+        out.write(struct.pack(endian + "IIQQQQQQ", ptype, flags, offset, vaddr, paddr, filesz,
+                              memsz, palign))
+    (etype, machine, version, entry, _phoff, _shoff, eflags, _ehsize, _phentsize, _phnum,
+     _shentsize, _shnum, _shstrndx) = module.header
+    shnum = len(sections)
+    out.seek(0)
+    out.write(module.ident)
+    out.write(struct.pack(endian + "HHIQQQIHHHHHH", etype, machine, version, entry,
+                          _EHDR_SIZE if phdrs else 0, shoff, eflags, _EHDR_SIZE,
+                          _PHDR_SIZE if phdrs else 0, len(phdrs), _SHDR_SIZE,
+                          shnum if shnum < 0xFF00 else 0,
+                          shstrndx if shstrndx < 0xFF00 else 0xFFFF))
+    if shnum >= 0xFF00 or shstrndx >= 0xFF00:
+        # Extended numbering: the real count and index live in section 0.
+        out.seek(shoff)
+        out.write(struct.pack(endian + "IIQQQQIIQQ", 0, 0, 0, 0, 0,
+                              shnum if shnum >= 0xFF00 else 0,
+                              shstrndx if shstrndx >= 0xFF00 else 0, 0, 0, 0))
+
+
+class _Plan(NamedTuple):
+    module: ModuleInfo
+    base: ModuleInfo
+    sframe: bytes
+
+
+def _debuglink(plan: _Plan) -> bytes | None:
+    """The ``.gnu_debuglink`` the symbol file needs so LLDB matches it to a
+    module without build-id, or None.
+
+    LLDB's UUID for an ELF file without build-id is the CRC its
+    ``.gnu_debuglink`` holds, or else the CRC of the whole file. So the
+    symbol file carries the module's own debuglink when the copied sections
+    lack one, and for a module with neither build-id nor debuglink a link
+    holding the CRC of the module file (under a name no file has), which is
+    the module's UUID in LLDB.
+    """
+    module = plan.module
+    if module.build_id is not None or plan.base.section(".gnu_debuglink") is not None:
+        return None
+    endian = ">" if module.big_endian else "<"
+    if module.debuglink is not None:
+        name, crc = module.debuglink
+    else:
+        whole = _crc32(module.path)
+        if whole is None:
+            return None
+        name, crc = f"{os.path.basename(module.path)}.sframe-gdb", whole
+    raw = os.fsencode(name) + b"\0"
+    raw += bytes(-len(raw) % 4)
+    return raw + struct.pack(endian + "I", crc)
+
+
+def _plan(path: str, debug_roots: Sequence[str]) -> _Plan:
+    module = read_module(path)
+    if module.elf_type == _ET_REL:
+        raise FileError(f"{path}: a relocatable object (.o): symbol files are made for linked "
+                        "executables and libraries")
+    info = read_elf(path)
+    if not info.has_sframe or info.data is None:
+        raise FileError(f"{path}: no .sframe section")
+    base = _debug_source(module, debug_roots) or module
+    return _Plan(module, base, info.data)
+
+
+def _frame(path: str) -> bytes:
+    info = read_elf(path)
+    section = info.open()
+    if section is None:
+        raise FileError(f"{path}: no .sframe section")
+    try:
+        section.validate()
+        extra = []
+        # As the gdb adapter does: only amd64's _start is known to be the
+        # short, FDE-less entry function everywhere.
+        if section.arch.abi_id == AMD64.abi_id:
+            span = Module(path, 0, (), elf=info).entry_function()
+            if span is not None:
+                extra.append(entry_function(*span))
+        return debug_frame(section, extra=extra)
+    except FormatError as exc:
+        text = str(exc)
+        raise FormatError(text if text.startswith(f"{path}:") else f"{path}: .sframe: {text}"
+                          ) from None
+
+
+def _write_atomically(target: str, plan: _Plan, frame: bytes) -> None:
+    """Write to a temporary file beside ``target``, then rename it into place."""
+    directory = os.path.dirname(os.path.abspath(target))
+    fd, tmp = tempfile.mkstemp(prefix=".sframe-tmp-", suffix=".debug", dir=directory)
+    try:
+        with os.fdopen(fd, "w+b") as out:
+            _write(out, plan.module, plan.base, frame, _debuglink(plan))
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def symbol_file_bytes(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS) -> bytes:
+    """The symbol file for ``path`` as bytes (tests, and callers who place it themselves)."""
+    import io
+
+    plan = _plan(path, debug_roots)
+    buffer = io.BytesIO()
+    _write(buffer, plan.module, plan.base, _frame(path), _debuglink(plan))
+    return buffer.getvalue()
+
+
+def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_ROOTS
+                      ) -> SymbolFile:
+    """Write the symbol file for module ``path`` to ``out`` (atomically).
+
+    :raises SFrameError: one line naming the file and what is wrong; nothing
+        is left at ``out`` then.
+    """
+    plan = _plan(path, debug_roots)
+    frame = _frame(path)
+    try:
+        _write_atomically(out, plan, frame)
+    except OSError as exc:
+        raise FileError(f"{out}: {exc.strerror or exc}") from None
+    return SymbolFile(out, plan.module.build_id, False, _source_name(plan))
+
+
+def _source_name(plan: _Plan) -> str | None:
+    return plan.base.path if plan.base.has_debug_info else None
+
+
+# -- the cache ------------------------------------------------------------------------
+
+
+def cache_dir() -> str:
+    """``$XDG_CACHE_HOME/sframe-gdb/symbols``, ``~/.cache`` when the variable is unset."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "sframe-gdb", "symbols")
+
+
+def _identity(path: str) -> bytes:
+    st = os.stat(path)
+    return f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}".encode()
+
+
+def _cache_name(plan: _Plan) -> str:
+    digest = hashlib.sha256()
+    digest.update(f"sframe-gdb symbol file {GENERATOR}\0".encode())
+    digest.update(plan.sframe)
+    if plan.module.build_id is None:
+        # No build-id: the module is what is at this path, this size and age.
+        digest.update(_identity(plan.module.path))
+    if plan.base is not plan.module:
+        digest.update(_identity(plan.base.path))
+    prefix = plan.module.build_id or "nobuildid"
+    return f"{prefix}-{digest.hexdigest()[:20]}.debug"
+
+
+def _usable_dir(directory: str) -> str | None:
+    """``directory``, created if needed, if we can write there; else None."""
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return directory if os.access(directory, os.W_OK | os.X_OK) else None
+
+
+def _fallback_dir() -> str | None:
+    """A private directory under the system temporary directory, or None.
+
+    Only one we own and that is not a symlink: another user cannot plant
+    files there for us to hand to the debugger.
+    """
+    directory = os.path.join(tempfile.gettempdir(), f"sframe-gdb-{os.getuid()}", "symbols")
+    parent = os.path.dirname(directory)
+    try:
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        st = os.lstat(parent)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return None
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return _usable_dir(directory)
+
+
+def _cached(path: str) -> bool:
+    try:
+        with open(path, "rb") as stream:
+            return stream.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
+def symbol_file_for(path: str, *, cache: str | None = None,
+                    debug_roots: Iterable[str] = DEBUG_ROOTS) -> SymbolFile:
+    """The cached symbol file for module ``path``, generated if it is not there yet.
+
+    A cache hit reads the module's headers and hashes its ``.sframe``, nothing
+    more. An unwritable cache directory falls back to a private temporary
+    directory (said in ``SymbolFile.warning``).
+
+    :raises SFrameError: one line naming the file and what is wrong (not ELF,
+        no ``.sframe``, corrupt ``.sframe``, nowhere to write); nothing is
+        written half-way.
+    """
+    roots = tuple(debug_roots)
+    plan = _plan(path, roots)
+    name = _cache_name(plan)
+    wanted = cache or cache_dir()
+    warning = None
+    directory = _usable_dir(wanted)
+    if directory is None:
+        directory = _fallback_dir()
+        if directory is None:
+            raise FileError(f"{wanted}: cannot write the symbol file cache, nor a temporary one")
+        warning = f"{wanted}: not writable; symbol files go to {directory}"
+    target = os.path.join(directory, name)
+    if _cached(target):
+        return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
+    frame = _frame(path)
+    try:
+        _write_atomically(target, plan, frame)
+    except OSError as exc:
+        raise FileError(f"{target}: {exc.strerror or exc}") from None
+    except SFrameError:
+        raise
+    return SymbolFile(target, plan.module.build_id, False, _source_name(plan), warning)
