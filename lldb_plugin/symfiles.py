@@ -101,19 +101,18 @@ def _built(target: lldb.SBTarget, module: lldb.SBModule) -> LLDBModule | None:
     return None
 
 
-def _debug_file(module: lldb.SBModule) -> str | None:
-    """The separate debug file LLDB already uses for ``module``, if any."""
-    own = module.GetFileSpec().fullpath
-    used = module.GetSymbolFileSpec().fullpath if module.GetSymbolFileSpec().IsValid() else None
-    if used and used != own and os.path.isfile(used):
-        return used
-    return None
+def _generate(path: str) -> str:
+    """The core's cached symbol file for ``path`` (raises SFrameError).
 
-
-def _generate(path: str, debug_file: str | None) -> str:
-    """The core's cached symbol file for ``path`` (raises SFrameError/OSError)."""
-    from sframe_core import symfile  # the dwarf branch's generator
-    return str(symfile.symbol_file(path, debug_file=debug_file))
+    The core copies in the module's debug information, or that of the
+    separate debug file gdb and LLDB would find (build-id directory,
+    ``.gnu_debuglink``), so adding it never loses variables or line tables.
+    """
+    from sframe_core.symfile import symbol_file_for
+    made = symbol_file_for(path)
+    if made.warning:
+        warn_once(("symfile-warning", made.warning), made.warning)
+    return made.path
 
 
 def _quote(text: str) -> str:
@@ -126,7 +125,7 @@ def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule
     if not path or not os.path.isfile(path):
         return Route(FAILED, name, "its file is not on this machine")
     try:
-        symbol_file = _generate(path, _debug_file(module))
+        symbol_file = _generate(path)
     except (SFrameError, OSError, ValueError) as exc:
         return Route(FAILED, name, str(exc) or type(exc).__name__)
     result = lldb.SBCommandReturnObject()
