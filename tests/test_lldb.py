@@ -3,6 +3,9 @@
 Frame providers (plain ``bt``) need LLDB 22+; ``sframe bt`` works on all.
 A missing debugger skips, or fails when CI=true. Expected backtraces come
 from the same LLDB, without the plugin, on the twin that has ``.eh_frame``.
+These tests run with the native route off (``SFRAME_LLDB_ROUTE=provider``):
+the provider is what serves modules the route cannot (test_lldb_route.py
+tests the route).
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ from lldbtools import (
 )
 
 pytestmark = pytest.mark.lldb
+
+
+@pytest.fixture(autouse=True)
+def _provider_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SFRAME_LLDB_ROUTE", "provider")
 
 X86 = FIXTURES / "x86_64"
 PROVIDER_VERSIONS = ["22", "23"]
