@@ -1,0 +1,131 @@
+"""The native route on real Debian programs (lua5.4, bzip2 at -O2 -g, see realprogs.py).
+
+At the first hit of every deep breakpoint, LLDB with the plugin on the
+``.noeh`` build shows the same ``bt`` as LLDB without it on the twin, frame
+by frame: pc, module, function (inlined frames included) and
+file:line:column; in the caller frames ``frame variable`` and
+``register read`` show the twin's values or nothing (unavailable), never
+another value. On ``.noeh.stripped`` (no symbols, no debug info: LLDB alone
+stops after frame 0) the pcs equal the twin's.
+
+Both builds run as ``PROGRAM`` from directories of the same length, with the
+same environment, so that their stacks are alike byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from lldbtools import DEBUGGERS, PLUGIN, ROOT, lldb_path
+from realprogs import MAIN_PRODUCERS, PROGRAMS, available
+
+pytestmark = pytest.mark.lldb
+
+FRAME = re.compile(r"frame #(\d+): 0x([0-9a-f]+) ([^`\s]+)`?(\S*?)(?:\(.*?\))?(?: at (\S+))?"
+                   r"( \[inlined\])?$")
+VARIABLE = re.compile(r"^\((.*?)\) (\S+) = ", re.M)
+REGISTER = re.compile(r"^\s*(\w+) = (0x[0-9a-f]+)", re.M)
+UNAVAILABLE = ("not available", "unavailable", "could not evaluate", "<no location",
+               "optimized out", "<empty constant data>")
+
+
+def _cases() -> list[tuple[str, str, str, str]]:
+    cases = [(v, p, producer, "noeh") for v in ("22", "23") for p in PROGRAMS
+             for producer in MAIN_PRODUCERS]
+    cases += [("21", p, "busid-v3", "noeh") for p in PROGRAMS]
+    cases += [("23", p, "busid-v3", "noeh.stripped") for p in PROGRAMS]
+    return cases
+
+
+def _stops(version: str, binary: Path, program_name: str, plugin: bool, env: dict[str, str],
+           frames: int) -> tuple[dict[str, dict], str]:
+    program = PROGRAMS[program_name]
+    python = DEBUGGERS / f"lldb-{version}-python"
+    lldb_path(version)  # skips, or fails under CI, when missing
+    config = {"binary": str(binary), "args": list(program.args),
+              "breakpoints": list(program.breakpoints),
+              "plugin": str(PLUGIN) if plugin else None, "frames": frames}
+    full_env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    full_env.update(env)
+    result = subprocess.run([str(python), str(ROOT / "tests" / "lldb_stops.py"), json.dumps(config)],
+                            capture_output=True, text=True, timeout=1200, env=full_env, cwd=str(ROOT))
+    assert result.returncode == 0, result.stderr[-3000:]
+    stops = json.loads(result.stdout)
+    log = stops.pop("__log__") + result.stderr
+    assert "Traceback" not in log, log[-3000:]
+    return stops, log
+
+
+def _frames(text: str) -> list[tuple[str, str, str, str | None, bool]]:
+    found = []
+    for line in text.splitlines():
+        m = FRAME.search(line.rstrip())
+        if m:
+            found.append((m.group(2), m.group(3), m.group(4), m.group(5), bool(m.group(6))))
+    return found
+
+
+def _variables(text: str) -> dict[str, str]:
+    """Top-level variables of ``frame variable``: name -> its whole printed value."""
+    found = {}
+    starts = list(VARIABLE.finditer(text))
+    for i, m in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+        found[f"{m.group(1)} {m.group(2)}"] = text[m.end():end].strip()
+    return found
+
+
+@pytest.mark.skipif(not available(), reason="tests/fixtures/realprogs not built")
+@pytest.mark.parametrize("version,program,producer,variant", _cases(),
+                         ids=lambda v: str(v))
+def test_deep_stops_equal_twin(version: str, program: str, producer: str, variant: str,
+                               tmp_path: Path) -> None:
+    prog = PROGRAMS[program]
+    copies = {}
+    for label, which in (("twin", "twin"), ("test", variant)):
+        (tmp_path / label).mkdir()
+        copies[label] = tmp_path / label / prog.name
+        shutil.copy(prog.path(producer, which), copies[label])
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    stripped = variant.endswith("stripped")
+    depth = 0 if stripped else 3
+    want, _ = _stops(version, copies["twin"], program, False, env, depth)
+    got, log = _stops(version, copies["test"], program, True, env, depth)
+    # Values that differ between two runs of the twin (uninitialised stack
+    # arrays holding the stack protector's random canary) say nothing.
+    again = _stops(version, copies["twin"], program, False, env, depth)[0] if depth else {}
+    assert len(want) >= len(prog.breakpoints) - 2, sorted(want)
+    assert f"{prog.name}: no SFrame symbol file" not in log, log
+    differ = []
+    for bp, stop in want.items():
+        w, g = _frames(stop["bt"]), _frames(got.get(bp, {}).get("bt", ""))
+        if stripped:
+            w, g = [f[:2] for f in w], [f[:2] for f in g]
+        if w != g:
+            pairs = enumerate(zip(w, g, strict=False))
+            first = next((i for i, (a, b) in pairs if a != b), min(len(w), len(g)))
+            differ.append(f"{bp}: {len(g)} frames, the twin {len(w)}; first difference at "
+                          f"#{first}: {g[first] if first < len(g) else None} vs "
+                          f"{w[first] if first < len(w) else None}")
+            continue
+        for k, ((w_vars, w_regs), (g_vars, g_regs)) in enumerate(
+                zip(stop["frames"], got[bp]["frames"], strict=True), start=1):
+            wv, gv = _variables(w_vars), _variables(g_vars)
+            other = again.get(bp, {}).get("frames", [])
+            av = _variables(other[k - 1][0]) if len(other) >= k else {}
+            for name, value in gv.items():
+                if av.get(name) != wv.get(name):
+                    continue
+                if value != wv.get(name) and not any(u in value for u in UNAVAILABLE):
+                    differ.append(f"{bp} frame #{k}: {name} = {value!r}, the twin: {wv.get(name)!r}")
+            wr, gr = dict(REGISTER.findall(w_regs)), dict(REGISTER.findall(g_regs))
+            for reg, value in gr.items():
+                if wr.get(reg) != value:
+                    differ.append(f"{bp} frame #{k}: {reg} = {value}, the twin: {wr.get(reg)}")
+    assert not differ, "\n".join(differ)
