@@ -3,11 +3,13 @@
 Run by LLDB's own Python (``.debuggers/bin/lldb-NN-python``), not pytest's::
 
     lldb-23-python tests/lldb_stops.py '{"binary": ..., "args": [...], "breakpoints": [...],
-                                         "plugin": "/path/lldb_plugin" | null, "frames": N}'
+                                         "plugin": "/path/lldb_plugin" | null, "frames": N,
+                                         "addresses": {name: file address} | null}'
 
 Prints one JSON object: breakpoint name -> {"bt": the text of ``bt`` at its
-first hit (each name's breakpoints are disabled once hit, so each stop is that function's
-first hit),
+first hit, "list": [[pc, module, function, "file:line:column", inlined, artificial] of
+every frame, through the SB API] (each name's breakpoints are disabled once
+hit, so each stop is that function's first hit),
 "frames": [[``frame variable``, ``register read``] in caller frames 1..N]},
 plus ``"__log__"``: everything the commands printed besides (the plugin's lines).
 One LLDB session for all stops: a session per stop would cost an LLDB start each.
@@ -39,23 +41,13 @@ def main() -> int:
     log.append(run(f"target create {config['binary']}"))
     target = debugger.GetSelectedTarget()
     names: dict[int, str] = {}
-    if config.get("symbols_from"):
-        # A stripped binary: each name's locations, as file addresses, from its twin.
-        twin = debugger.CreateTarget(config["symbols_from"])
+    if config.get("addresses"):
+        # A stripped binary (and its twin, for the same stops): by file address.
         module = target.GetModuleAtIndex(0)
-        for name in config["breakpoints"]:
-            found = twin.BreakpointCreateByName(name)
-            for i in range(found.GetNumLocations()):
-                where = module.ResolveFileAddress(found.GetLocationAtIndex(i).GetAddress()
-                                                  .GetFileAddress())
-                bp = target.BreakpointCreateBySBAddress(where)
-                if bp.IsValid():
-                    names[bp.GetID()] = name
-        debugger.DeleteTarget(twin)
-        # Drop the twin's module (same build-id) from LLDB's shared module
-        # list, so that its debug information cannot reach the stripped one.
-        lldb.SBDebugger.MemoryPressureDetected()
-        debugger.SetSelectedTarget(target)
+        for name, address in config["addresses"].items():
+            bp = target.BreakpointCreateBySBAddress(module.ResolveFileAddress(address))
+            if bp.IsValid():
+                names[bp.GetID()] = name
     else:
         for name in config["breakpoints"]:
             bp = target.BreakpointCreateByName(name)
@@ -82,13 +74,21 @@ def main() -> int:
                 target.FindBreakpointByID(bp_id).SetEnabled(False)
         process.SetSelectedThread(thread)
         text = run("bt")
+        listed = []
+        for frame in thread:
+            line = frame.GetLineEntry()
+            where = (f"{line.GetFileSpec().GetFilename()}:{line.GetLine()}:{line.GetColumn()}"
+                     if line.IsValid() and line.GetLine() else None)
+            listed.append([frame.GetPC(), frame.GetModule().GetFileSpec().GetFilename(),
+                           frame.GetFunctionName(), where, frame.IsInlined(),
+                           frame.IsArtificial()])
         frames = []
         for k in range(1, min(config.get("frames", 0), thread.GetNumFrames() - 1) + 1):
             run(f"frame select {k}")
             frames.append([run("frame variable"), run("register read")])
         for name in hit:
             if name and name not in stops:
-                stops[name] = {"bt": text, "frames": frames}
+                stops[name] = {"bt": text, "list": listed, "frames": frames}
         log.append(run("continue"))
     run("process kill")
     print(json.dumps({**stops, "__log__": "".join(log)}))
