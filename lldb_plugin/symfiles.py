@@ -101,6 +101,25 @@ def _built(target: lldb.SBTarget, module: lldb.SBModule) -> LLDBModule | None:
     return None
 
 
+def _has_debug_info(module: lldb.SBModule) -> bool:
+    """DWARF in the module itself, or a separate debug file LLDB found for it."""
+    if module.FindSection(".debug_info").IsValid():  # its size reads 0 before it is loaded
+        return True
+    own, used = module.GetFileSpec(), module.GetSymbolFileSpec()
+    return bool(used.IsValid() and used.fullpath and used.fullpath != own.fullpath)
+
+
+def _keeps_addresses_when_debug_info_is_replaced() -> bool:
+    """LLDB 21.1.7 loses a module's load addresses when the symbol file that
+    replaces the module's own DWARF is added (breakpoints set afterwards are
+    never hit, a backtrace shows the callers of inlined frames at file
+    addresses; with the add before launch, no breakpoint is hit at all);
+    22.1.0 and 23.1.0 do not (observed on lua5.4 -O2 -g). No SB call tells
+    the two apart, so the SB API that came with the fixed releases stands in
+    for it: ``SBThread.GetFrames`` (22+)."""
+    return hasattr(lldb.SBThread, "GetFrames")
+
+
 def _generate(path: str) -> str:
     """The core's cached symbol file for ``path`` (raises SFrameError).
 
@@ -124,6 +143,10 @@ def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule
     path = module.GetFileSpec().fullpath
     if not path or not os.path.isfile(path):
         return Route(FAILED, name, "its file is not on this machine")
+    if _has_debug_info(module) and not _keeps_addresses_when_debug_info_is_replaced():
+        return Route(FAILED, name, "this LLDB loses the module's addresses when its debug "
+                     "information is replaced (LLDB 21); left to LLDB's own unwinder, "
+                     "'sframe bt' works", False)
     try:
         symbol_file = _generate(path)
     except (SFrameError, OSError, ValueError) as exc:

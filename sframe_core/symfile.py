@@ -46,7 +46,7 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "write_sym
 
 # Bump when the bytes written for the same input change (a fix in dwarf.py):
 # cached files of older generators are then not reused.
-GENERATOR = 2  # 2: function symbols for modules without a symbol table (elfsyms)
+GENERATOR = 3  # 2: function symbols when stripped (elfsyms); 3: the key covers what is copied in
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3
@@ -584,6 +584,12 @@ def _cache_name(plan: _Plan) -> str:
         digest.update(_identity(plan.module.path))
     if plan.base is not plan.module:
         digest.update(_identity(plan.base.path))
+    # A stripped file and its unstripped twin share the build-id and the
+    # .sframe, not the symbol file (symbols, debug information): what is
+    # copied in is part of the key.
+    for sec in plan.base.sections:
+        if not sec.flags & _SHF_ALLOC:
+            digest.update(f"{sec.name}\0{sec.type}\0{sec.size}\0".encode())
     prefix = plan.module.build_id or "nobuildid"
     return f"{prefix}-{digest.hexdigest()[:20]}.debug"
 

@@ -434,3 +434,12 @@ def test_stripped_symbol_file_has_function_symbols(tmp_path: Path) -> None:
     assert (symbol_address(_need(V3 / "realign"), "realign_fn"),
             next(size for start, size in ranges
                  if start == symbol_address(V3 / "realign", "realign_fn"))) in symbols
+
+
+def test_stripped_and_unstripped_twins_get_their_own_symbol_files(tmp_path: Path) -> None:
+    """Same build-id, same .sframe: the stripped file's symbol file (made-up
+    function symbols) must not be reused for the file that has its symbols."""
+    from sframe_core import symfile
+    stripped = symfile.symbol_file_for(str(_need(V3 / "deep.noeh.stripped")), cache=str(tmp_path))
+    full = symfile.symbol_file_for(str(_need(V3 / "deep.noeh")), cache=str(tmp_path))
+    assert stripped.path != full.path and not full.cached
