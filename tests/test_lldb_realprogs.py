@@ -1,4 +1,4 @@
-"""The native route on real Debian programs (lua5.4, bzip2 at -O2 -g, see realprogs.py).
+"""The native route on real Debian programs (lua5.4, bzip2 at -O2 -g, see helpers/realprogs.py).
 
 At the first hit of every deep breakpoint, LLDB with the plugin on the
 ``.noeh`` build shows the same ``bt`` as LLDB without it on the twin, frame
@@ -22,8 +22,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from lldbtools import DEBUGGERS, PLUGIN, ROOT, lldb_path, symbol_address
-from realprogs import MAIN_PRODUCERS, PROGRAMS, available
+from helpers import DEBUGGERS, ROOT
+from helpers.lldbtools import PLUGIN, command_output, lldb_path, run_lldb, symbol_address
+from helpers.realprogs import MAIN_PRODUCERS, PROGRAMS, available
 
 pytestmark = pytest.mark.lldb
 
@@ -57,8 +58,9 @@ def _stops(version: str, binary: Path, program_name: str, plugin: bool, env: dic
               "addresses": addresses}
     full_env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     full_env.update(env)
-    result = subprocess.run([str(python), str(ROOT / "tests" / "lldb_stops.py"), json.dumps(config)],
-                            capture_output=True, text=True, timeout=1200, env=full_env, cwd=str(ROOT))
+    script = ROOT / "tests" / "helpers" / "lldb_stops.py"
+    result = subprocess.run([str(python), str(script), json.dumps(config)], capture_output=True,
+                            text=True, timeout=1200, env=full_env, cwd=str(ROOT))
     assert result.returncode == 0, result.stderr[-3000:]
     stops = json.loads(result.stdout)
     log = stops.pop("__log__") + result.stderr
@@ -161,7 +163,6 @@ def test_sframe_load_before_breakpoints_keeps_types(version: str, tmp_path: Path
     """``sframe load`` right after ``target create`` adds the symbol file before
     LLDB reads the module's DWARF for ``b NAME``: caller-frame structures print
     in full, as on the twin (docs/lldb.md: types parsed before the add)."""
-    from lldbtools import command_output, run_lldb
     lua = PROGRAMS["lua5.4"]
     binary = lua.path("busid-v3", "noeh")
     args = " ".join(lua.args)
@@ -180,7 +181,6 @@ def test_lldb21_keeps_debug_info_modules(tmp_path: Path) -> None:
     """LLDB 21 loses a module's load addresses when a symbol file replaces the
     module's own DWARF (breakpoints set afterwards never hit): there the
     module is left to LLDB alone, said once, and breakpoints still work."""
-    from lldbtools import command_output, run_lldb
     lua = PROGRAMS["lua5.4"]
     out = run_lldb("21", [f"target create {lua.path('busid-v3', 'noeh')}", "b luaE_extendCI",
                           f"process launch -o /dev/null -- {' '.join(lua.args)}", "sframe status",

@@ -14,11 +14,12 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lldbtools import (
-    FIXTURES,
+from helpers import X86, corrupt_sframe_version, need
+from helpers.lldbtools import (
     PLUGIN,
     Session,
     break_command,
@@ -31,7 +32,6 @@ from lldbtools import (
 
 pytestmark = pytest.mark.lldb
 
-X86 = FIXTURES / "x86_64"
 VERSIONS = ["21", "22", "23"]
 PRODUCERS = ["bu2.40-v1", "bu2.44-v2", "bu2.44-v2pcrel", "busid-v3"]
 V3 = X86 / "busid-v3"
@@ -41,10 +41,7 @@ FULL_RE = re.compile(r"^\s*\*?\s*frame #(\d+): 0x([0-9a-f]+) ([^`\s]+)`?(\S*?)(?
                      r"(?: at ([^ ]+?))?( \[inlined\])?(?: \[synthetic\])?\s*$", re.M)
 
 
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"fixture {path} not built")
-    return path
+_need = need
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -273,9 +270,14 @@ def test_gdb_remote_connected_after_import(version: str, tmp_path: Path) -> None
             server.kill()
             server.wait()
 
-    want = _frames(command_output(remote_bt(twin, False), "bt"))
+    _plugin_bt_equals_twin(remote_bt, binary, twin)
+
+
+def _plugin_bt_equals_twin(bt_of: Callable[[Path, bool], str], binary: Path, twin: Path) -> None:
+    """``bt_of(path, plugin)``'s transcript: the plugin on ``binary`` against LLDB alone on ``twin``."""
+    want = _frames(command_output(bt_of(twin, False), "bt"))
     assert len(want) >= 6
-    out = remote_bt(binary, True)
+    out = bt_of(binary, True)
     assert "Traceback" not in out
     _same(_frames(command_output(out, "bt")), want, binary, twin, out)
 
@@ -301,11 +303,7 @@ def test_attach(version: str, tmp_path: Path) -> None:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
 
-    want = _frames(command_output(attached_bt(twin, False), "bt"))
-    assert len(want) >= 6
-    out = attached_bt(binary, True)
-    assert "Traceback" not in out
-    _same(_frames(command_output(out, "bt")), want, binary, twin, out)
+    _plugin_bt_equals_twin(attached_bt, binary, twin)
 
 
 DLOPEN_C = r"""
@@ -357,21 +355,10 @@ def test_dlopen_library(version: str, tmp_path: Path) -> None:
 # -- bad input ---------------------------------------------------------------
 
 
-def _corrupt_copy(source: Path, dest: Path) -> Path:
-    from elftools.elf.elffile import ELFFile
-    data = bytearray(source.read_bytes())
-    with open(source, "rb") as stream:
-        offset = ELFFile(stream).get_section_by_name(".sframe")["sh_offset"]
-    data[offset + 2] = 0x7F  # the version byte
-    dest.write_bytes(bytes(data))
-    dest.chmod(0o755)
-    return dest
-
-
 @pytest.mark.parametrize("version", VERSIONS)
 def test_corrupt_sframe_one_line(version: str, tmp_path: Path) -> None:
     twin = _need(V3 / "deep")
-    binary = _corrupt_copy(_need(V3 / "deep.noeh.stripped"), tmp_path / "deep.noeh.stripped")
+    binary = corrupt_sframe_version(_need(V3 / "deep.noeh.stripped"), tmp_path / "deep.noeh.stripped")
     native = _frames(command_output(_launch(version, binary, twin, ["bt"], plugin=False), "bt"))
     out = _launch(version, binary, twin, ["bt", "sframe status", "bt"], plugin=True,
                   env=_env(tmp_path))
