@@ -227,7 +227,11 @@ def encode_rows(rows: Iterable[Row], arch: Arch, start: int) -> bytes:
         if new_cfa is not None and new_cfa != cfa:
             out += _cfa_ops(new_cfa, cfa)
             cfa = new_cfa
-        for reg in sorted(set(current) | set(rules)):
+        if rules == current:
+            regs: Iterable[int] = ()
+        else:
+            regs = sorted(set(current) | set(rules))
+        for reg in regs:
             rule = rules.get(reg)
             if rule == current.get(reg) and reg in current:
                 continue
@@ -313,8 +317,12 @@ def debug_frame(section: SFrameSection,
     return encode_functions((*functions(section, rows_for), *extra), section.arch)
 
 
-def encode_functions(funcs: Iterable[Function], arch: Arch) -> bytes:
-    """A ``.debug_frame`` section holding one FDE per function, CIEs as needed."""
+def encode_functions(funcs: Iterable[Function], arch: Arch, *, offset: int = 0) -> bytes:
+    """A ``.debug_frame`` section holding one FDE per function, CIEs as needed.
+
+    ``offset``: where these bytes will start in the section (after a
+    compiler's own entries), as CIE pointers are section offsets.
+    """
     endian = ">" if arch.big_endian else "<"
     u32, u64 = struct.Struct(endian + "I"), struct.Struct(endian + "Q")
     out = bytearray()
@@ -337,15 +345,29 @@ def encode_functions(funcs: Iterable[Function], arch: Arch) -> bytes:
             if augmentation:
                 body += _uleb(0)  # no augmentation data
             body += _cie_program(arch)
-            cies[key] = len(out)
+            cies[key] = offset + len(out)
             out.extend(pad(body))
         return cies[key]
 
+    # Functions repeat a few row shapes (leaf, push-rbp prologue, ...): their
+    # programs are encoded once.
+    programs: dict[tuple[object, ...], bytes] = {}
     for func in funcs:
+        if not 0 <= func.start < func.end <= 1 << 64:
+            raise FormatError(f"function at {func.start:#x}-{func.end:#x} is outside the "
+                              "64-bit address space")
         cie = cie_for(func.signal, func.b_key)
         body = bytearray(u32.pack(cie) + u64.pack(func.start) + u64.pack(func.end - func.start))
         if func.signal or func.b_key:
             body += _uleb(0)
-        body += encode_rows(func.rows, arch, func.start)
+        shape = tuple((r.start - func.start, r.cfa, r.ra, r.fp, r.regs, r.ra_signed, r.outermost)
+                      for r in func.rows)
+        program = programs.get(shape)
+        if program is None:
+            program = encode_rows(func.rows, arch, func.start)
+            if len(programs) >= 4096:
+                programs.clear()
+            programs[shape] = program
+        body += program
         out.extend(pad(body))
     return bytes(out)

@@ -24,7 +24,9 @@ build-id is keyed by its path, size and modification time instead.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import io
 import os
 import stat
 import struct
@@ -34,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO, NamedTuple
 
 from .abi import AMD64
-from .dwarf import debug_frame, entry_function
+from .dwarf import encode_functions, entry_function, functions
 from .elf import read_elf
 from .elfsyms import executable_sections, fde_ranges, function_symbols
 from .errors import FileError, FormatError, SFrameError
@@ -46,7 +48,7 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "write_sym
 
 # Bump when the bytes written for the same input change (a fix in dwarf.py):
 # cached files of older generators are then not reused.
-GENERATOR = 3  # 2: function symbols when stripped (elfsyms); 3: the key covers what is copied in
+GENERATOR = 4  # 2, 3: function symbols when stripped (elfsyms), key of what is copied in
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3
@@ -491,21 +493,71 @@ def _plan(path: str, debug_roots: Sequence[str]) -> _Plan:
     return _Plan(module, base, info.data)
 
 
-def _frame(path: str) -> bytes:
+def _existing_frame(base: ModuleInfo) -> bytes:
+    """The compiler's own ``.debug_frame`` in the copied sections, if any."""
+    sec = base.section(".debug_frame")
+    if sec is None or sec.type == _SHT_NOBITS or not sec.size:
+        return b""
+    try:
+        with open(base.path, "rb") as stream:
+            return _read_at(stream, sec.offset, sec.size, base.size, ".debug_frame", base.path)
+    except OSError as exc:
+        raise FileError(f"{base.path}: {exc.strerror or exc}") from None
+
+
+def _fde_ranges(data: bytes, big_endian: bool) -> list[tuple[int, int]] | None:
+    """The address ranges a ``.debug_frame``'s FDEs cover, or None if unreadable."""
+    from elftools.dwarf.callframe import FDE, CallFrameInfo
+    from elftools.dwarf.structs import DWARFStructs
+
+    from .cfi import _pyelftools_errors
+
+    structs = DWARFStructs(little_endian=not big_endian, dwarf_format=32, address_size=8)
+    try:
+        entries = CallFrameInfo(io.BytesIO(data), len(data), 0, structs,
+                                for_eh_frame=False).get_entries()
+        return sorted((e.header["initial_location"],
+                       e.header["initial_location"] + e.header["address_range"])
+                      for e in entries if isinstance(e, FDE))
+    except _pyelftools_errors():
+        return None
+
+
+def _covers(ranges: list[tuple[int, int]], starts: list[int], address: int) -> bool:
+    pos = bisect.bisect_right(starts, address) - 1
+    return any(lo <= address < hi for lo, hi in ranges[max(pos - 8, 0):pos + 1])
+
+
+def _frame(plan: _Plan) -> bytes:
+    """The symbol file's ``.debug_frame``: the SFrame functions as FDEs.
+
+    A compiler's own ``.debug_frame`` (``-g -fno-asynchronous-unwind-tables``,
+    in the module or its debug file) knows more than SFrame (callee-saved
+    registers): it is kept whole, and FDEs are added only for functions it
+    does not cover.
+    """
+    path = plan.module.path
     info = read_elf(path)
     section = info.open()
     if section is None:
         raise FileError(f"{path}: no .sframe section")
+    existing = _existing_frame(plan.base)
+    covered = _fde_ranges(existing, plan.base.big_endian) if existing else []
+    if covered is None:
+        existing, covered = b"", []  # unreadable: replaced by ours whole
     try:
-        section.validate()
-        extra = []
+        # debug_frame decodes every FDE and FRE, with the checks lookups make.
+        funcs = list(functions(section))
         # As the gdb adapter does: only amd64's _start is known to be the
         # short, FDE-less entry function everywhere.
         if section.arch.abi_id == AMD64.abi_id:
             span = Module(path, 0, (), elf=info).entry_function()
             if span is not None:
-                extra.append(entry_function(*span))
-        return debug_frame(section, extra=extra)
+                funcs.append(entry_function(*span))
+        if covered:
+            starts = [start for start, _ in covered]
+            funcs = [f for f in funcs if not _covers(covered, starts, f.start)]
+        return existing + encode_functions(funcs, section.arch, offset=len(existing))
     except FormatError as exc:
         text = str(exc)
         raise FormatError(text if text.startswith(f"{path}:") else f"{path}: .sframe: {text}"
@@ -533,11 +585,9 @@ def _write_atomically(target: str, plan: _Plan, frame: bytes) -> None:
 
 def symbol_file_bytes(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS) -> bytes:
     """The symbol file for ``path`` as bytes (tests, and callers who place it themselves)."""
-    import io
-
     plan = _plan(path, debug_roots)
     buffer = io.BytesIO()
-    _write(buffer, plan.module, plan.base, _frame(path), _debuglink(plan))
+    _write(buffer, plan.module, plan.base, _frame(plan), _debuglink(plan))
     return buffer.getvalue()
 
 
@@ -549,7 +599,7 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
         is left at ``out`` then.
     """
     plan = _plan(path, debug_roots)
-    frame = _frame(path)
+    frame = _frame(plan)
     try:
         _write_atomically(out, plan, frame)
     except OSError as exc:
@@ -656,7 +706,7 @@ def symbol_file_for(path: str, *, cache: str | None = None,
     target = os.path.join(directory, name)
     if _cached(target):
         return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
-    frame = _frame(path)
+    frame = _frame(plan)
     try:
         _write_atomically(target, plan, frame)
     except OSError as exc:

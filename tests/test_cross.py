@@ -397,3 +397,90 @@ def test_lldb_s390x_without_plugin_stops(entry: Entry | None, tmp_path: Path) ->
     assert got, f"lldb did not stop at {want.pcs[0]:#x}\n{repro_cmd}\n{out[-3000:]}"
     # measured with lldb 21-23: frame #0 only
     assert len(got) < len(PROGRAM), f"lldb unwinds s390x .noeh alone now: {got}\n{repro_cmd}"
+
+
+# -- sframe to-dwarf: plain gdb with the symbol file, no plugin ---------------------
+
+
+@pytest.mark.parametrize("entry", ALL)
+def test_gdb18_symbol_file_without_plugin(entry: Entry | None, tmp_path: Path) -> None:
+    """gdb 18 without the plugin and without its prologue analyser, given
+    ``sframe to-dwarf``'s file (``add-symbol-file``: these are static
+    executables): the twin's frames down to main, from the generated
+    ``.debug_frame`` alone (aarch64 with PAC A and B keys, s390x)."""
+    from sframe_core.symfile import write_symbol_file
+
+    entry = require(entry)
+    arch = entry["arch"]
+    gdb = str(DEBUGGERS / "gdb-18")
+    if not Path(gdb).is_file():
+        missing(f"{gdb} not found (scripts/setup.sh installs gdb 18)")
+    _, noeh = twin_noeh(entry)
+    want = live_oracle(entry, arch, gdb_multiarch(), tmp_path)
+    symbols = tmp_path / "noeh.sym"
+    write_symbol_file(str(noeh), str(symbols))
+    disable = [f'maint frame-unwinder disable -name "{PROLOGUE[arch]}"',
+               f"add-symbol-file {symbols}"]
+    stub = QemuStub(arch, noeh, cwd=tmp_path).start()
+    try:
+        got = gdb_live(gdb, stub, noeh, tmp_path, plugin=False, before=disable)
+    finally:
+        stub.close()
+    n = len(PROGRAM)
+    if entry["pac"]:
+        # gdb cannot strip PACs under qemu-user (no pauth mask from the stub):
+        # it is wrong in the same way with the twin's own CFI. Same frames as
+        # gdb on the twin is what the symbol file can promise there.
+        twin, _ = twin_noeh(entry)
+        stub = QemuStub(arch, twin, cwd=tmp_path).start()
+        try:
+            want = gdb_live(gdb, stub, twin, tmp_path, plugin=False, before=disable[:1])
+        finally:
+            stub.close()
+        n = next((i for i, f in enumerate(want.frames) if has_pac_bits(f.pc)), n - 1) + 1
+        assert n >= 3, fmt("gdb on the twin", want)
+        # Each process signs with its own keys: compare the PCs without the PACs.
+        assert [(strip_pac(f.pc), f.name) for f in got.frames[:n]] == \
+            [(strip_pac(f.pc), f.name) for f in want.frames[:n]], (
+                f"{fmt('gdb 18, symbol file', got)}\n{fmt('gdb 18, twin', want)}")
+        return
+    assert got.frames[:n] == want.frames[:n], (
+        f"{fmt('gdb 18, symbol file, no plugin, no prologue analyser', got)}\n"
+        f"{fmt('expected (twin)', want)}\n{got.output[-3000:]}")
+
+
+@pytest.mark.parametrize("entry", manifest_params(lambda e: _is_deep("aarch64")(e)
+                                                  and bool(e["pac"])))
+def test_lldb_symbol_file_pac(entry: Entry | None, tmp_path: Path) -> None:
+    """LLDB 23 with ``sframe to-dwarf``'s file added (``target symbols add``)
+    unwinds the PAC-signed .noeh (keys A and B) to _start as on the twin,
+    with the generated ``.debug_frame`` (``DW_CFA_AARCH64_negate_ra_state``
+    where SFrame says the RA is signed) as f2's unwind plan. (LLDB's own
+    instruction emulation gets this small program right too: the test shows
+    the symbol file never makes it worse.)"""
+    from sframe_core.symfile import write_symbol_file
+
+    entry = require(entry)
+    lldb = DEBUGGERS / "lldb-23"
+    if not lldb.is_file():
+        missing(f"{lldb} not found (scripts/setup.sh installs lldb 23)")
+    _, noeh = twin_noeh(entry)
+    want = live_oracle(entry, "aarch64", gdb_multiarch(), tmp_path)
+    symbols = tmp_path / "noeh.sym"
+    write_symbol_file(str(noeh), str(symbols))
+    stub = QemuStub("aarch64", noeh, cwd=tmp_path).start()
+    try:
+        out, command = lldb_live(
+            str(lldb), stub, noeh, tmp_path, commands=["bt", "image show-unwind -n f2"],
+            breakpoint=[f"breakpoint set -a {want.frames[0].pc:#x}"],
+            before=[f"settings set target.process.virtual-addressable-bits {AARCH64_VA_BITS}",
+                    f"target symbols add {symbols}"])
+    finally:
+        stub.close()
+
+    def plain(frames: list[Frame]) -> list[tuple[int, str]]:
+        return [(f.pc, (f.name or "").split("`")[-1]) for f in frames]
+
+    got = lldb_oracle_frames(out)
+    assert "debug_frame UnwindPlan:" in out, out[-3000:]
+    assert plain(got) == plain(want.frames), f"{got}\n{fmt('expected (twin)', want)}\n{command}"

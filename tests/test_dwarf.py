@@ -29,8 +29,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, Entry, manifest_params, require
 from elftools.elf.elffile import ELFFile
+from helpers import FIXTURES
+from helpers.manifest import Entry, manifest_params, require
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sframe_core import symfile
 from sframe_core.abi import AARCH64_LE, AMD64, S390X, Arch
@@ -362,6 +365,32 @@ def test_symbol_file_layout(parts: tuple[str, ...], tmp_path: Path) -> None:
     assert made.build_id in res.stdout
 
 
+def test_symbol_file_without_section_headers(tmp_path: Path) -> None:
+    """A module whose section headers are gone (found through PT_GNU_SFRAME):
+    the notes become sections (the build-id is kept), .debug_frame is added,
+    and its rows are the SFrame rows."""
+    source = _fixture("x86_64", "busid-v3", "deep.noeh.stripped")
+    module = tmp_path / "noshdr"
+    data = bytearray(source.read_bytes())
+    data[0x28:0x30] = bytes(8)  # e_shoff
+    data[0x3A:0x40] = bytes(6)  # e_shentsize, e_shnum, e_shstrndx
+    module.write_bytes(bytes(data))
+    out = tmp_path / "out.debug"
+    made = symfile.write_symbol_file(str(module), str(out))
+    assert made.build_id == symfile.read_module(str(source)).build_id
+    assert symfile.read_module(str(out)).build_id == made.build_id
+    assert [name for name, *_ in _sections(out)] == ["", ".note", ".note", ".note", ".shstrtab",
+                                                    ".debug_frame"]
+    section = read_elf(source).open()
+    assert section is not None
+    table = CFITable(str(out))
+    for fde in section.iter_fdes():
+        for pc in range(fde.start, fde.end):
+            srow, drow = section.row_at(pc), table.row_at(pc)
+            assert srow is not None and drow is not None
+            assert _key(drow, AMD64) == _key(srow, AMD64), hex(pc)
+
+
 def _build(tmp_path: Path, name: str, *flags: str) -> Path:
     """A -g program built here with the host gcc and gas --gsframe, .eh_frame removed."""
     gcc, objcopy = shutil.which("gcc"), shutil.which("objcopy")
@@ -420,6 +449,36 @@ def test_debug_info_is_kept(tmp_path: Path) -> None:
         stream.write(b"changed")
     made = symfile.write_symbol_file(str(linked), str(out), debug_roots=())
     assert made.debug_source is None
+
+
+def test_compiler_debug_frame_is_kept(tmp_path: Path) -> None:
+    """gcc -g -fno-asynchronous-unwind-tables writes its CFI to .debug_frame,
+    with callee-saved registers SFrame does not have: it is kept whole, and
+    FDEs are added only for functions it does not cover (crt code, PLT)."""
+    program = _build(tmp_path, "dframe", "-fno-asynchronous-unwind-tables")
+    own = _section_bytes(program, ".debug_frame")
+    out = tmp_path / "out.debug"
+    symfile.write_symbol_file(str(program), str(out), debug_roots=())
+    assert _section_bytes(out, ".debug_frame").startswith(own)
+    compiler, ours = CFITable(str(program)), CFITable(str(out))
+    section = read_elf(program).open()
+    assert section is not None
+    kept = added = 0
+    for fde in section.iter_fdes():
+        for pc in range(fde.start, fde.end):
+            row = ours.row_at(pc)
+            want = compiler.row_at(pc)
+            if want is None:
+                want = section.row_at(pc)
+                added += 1
+            else:
+                kept += 1
+            assert row is not None and want is not None
+            assert _key(row, AMD64) == _key(want, AMD64), hex(pc)
+    assert kept > 100 and added > 0
+    assert any(rule.kind is CFA_AT for row in (compiler.row_at(pc) for pc in range(
+        section.get_fde(0).start, section.get_fde(section.num_fdes - 1).end)) if row
+        for _, rule in row.regs), "the compiler's CFI saves no callee-saved register here"
 
 
 def _sections_by_name(path: Path) -> dict[str, str]:
@@ -570,3 +629,85 @@ def test_cli_to_dwarf_errors(args: list[str], message: str, tmp_path: Path,
     assert captured.err == f"sframe: {message.format(**names)}\n"
     assert captured.out == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nosframe"]
+
+
+# -- real programs ------------------------------------------------------------------------
+
+
+def _realprog_builds() -> list[object]:
+    from helpers.realprogs import available, builds
+
+    if not available():
+        return [pytest.param(None, None, id="realprogs-missing")]
+    return [pytest.param(program.path(producer, "noeh"), program.path(producer, "twin"),
+                         id=f"{program.name}-{producer}") for program, producer in builds()]
+
+
+@pytest.mark.parametrize(("noeh", "twin"), _realprog_builds())
+def test_round_trip_realprogs(noeh: Path | None, twin: Path | None, tmp_path: Path) -> None:
+    """lua5.4 and bzip2 (Debian -O2 -g, every producer): the rows read back
+    equal the SFrame rows at every PC, checked at every boundary of either
+    side's rows (rows are constant in between); debug info and symbols are
+    copied from the module."""
+    if noeh is None or twin is None:
+        pytest.fail("tests/fixtures/realprogs is missing (tests/fixtures/build_realprogs.sh)")
+    out = tmp_path / "sym.debug"
+    made = symfile.write_symbol_file(str(noeh), str(out))
+    assert made.debug_source == str(noeh)
+    for name in (".debug_info", ".debug_line", ".symtab"):
+        assert _section_bytes(out, name) == _section_bytes(noeh, name), name
+    section = read_elf(noeh).open()
+    assert section is not None and section.num_fdes >= 50
+    arch = section.arch
+    table = CFITable(str(out))
+    compared = 0
+    for fde in section.iter_fdes():
+        blocks = -(-fde.size // fde.rep_size) if fde.is_pcmask and fde.rep_size else 1
+        srows = [row for block in range(blocks) for row in section.fde_rows(fde, block)]
+        points = {row.start for row in srows} | {row.end - 1 for row in srows}
+        for row in srows:
+            points |= {r.start for r in table.fde_rows(row.start) if fde.start <= r.start < fde.end}
+        for pc in sorted(points):
+            srow, drow = section.row_at(pc), table.row_at(pc)
+            assert srow is not None and drow is not None, hex(pc)
+            assert _key(drow, arch) == _key(srow, arch), f"{pc:#x}:\n {srow}\n {drow}"
+            compared += 1
+    assert compared >= 200
+
+
+# -- hostile input ---------------------------------------------------------------------------
+
+
+def _seed() -> tuple[bytes, int]:
+    path = _fixture("x86_64", "busid-v3", "realign.noeh")
+    info = read_elf(path)
+    assert info.data is not None and info.sframe_address is not None
+    return info.data, info.sframe_address
+
+
+@settings(max_examples=150, deadline=2000, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(flips=st.lists(st.integers(min_value=0, max_value=8 * 400 - 1), min_size=1, max_size=6))
+def test_mutated_sframe_gives_one_error_or_rows(flips: list[int]) -> None:
+    """Flipped bits in a real section: debug_frame either encodes or raises
+    SFrameError (nothing else), quickly, in bounded memory."""
+    import tracemalloc
+
+    from sframe_core.section import SFrameSection
+
+    data, address = _seed()
+    raw = bytearray(data)
+    for bit in flips:
+        if bit // 8 < len(raw):
+            raw[bit // 8] ^= 1 << (bit % 8)
+    tracemalloc.start()
+    try:
+        try:
+            section = SFrameSection(bytes(raw), address)
+            debug_frame(section)
+        except SFrameError:
+            pass
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"peak allocation {peak} bytes"
