@@ -510,7 +510,7 @@ def _fde_ranges(data: bytes, big_endian: bool) -> list[tuple[int, int]] | None:
     from elftools.dwarf.callframe import FDE, CallFrameInfo
     from elftools.dwarf.structs import DWARFStructs
 
-    from .cfi import _pyelftools_errors
+    from .errors import foreign_errors
 
     structs = DWARFStructs(little_endian=not big_endian, dwarf_format=32, address_size=8)
     try:
@@ -519,7 +519,7 @@ def _fde_ranges(data: bytes, big_endian: bool) -> list[tuple[int, int]] | None:
         return sorted((e.header["initial_location"],
                        e.header["initial_location"] + e.header["address_range"])
                       for e in entries if isinstance(e, FDE))
-    except _pyelftools_errors():
+    except foreign_errors():
         return None
 
 
