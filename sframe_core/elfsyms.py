@@ -15,32 +15,17 @@ an unnamed function), with the FDE's address range (observed on LLDB 21.1.7,
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .symfile import _Section
 
-__all__ = ["fde_ranges", "function_symbols", "executable_sections", "SYMBOL_PREFIX"]
+__all__ = ["function_symbols", "executable_sections", "SYMBOL_PREFIX"]
 
 SYMBOL_PREFIX = "___lldb_unnamed_symbol_"
 _SHF_EXECINSTR, _SHF_ALLOC = 0x4, 0x2
 _STT_FUNC, _STB_LOCAL = 2, 0
-
-
-def fde_ranges(frame: bytes, big_endian: bool) -> Iterator[tuple[int, int]]:
-    """(start, size) of every FDE in a 64-bit ``.debug_frame`` (as ``dwarf.debug_frame`` writes it)."""
-    endian = ">" if big_endian else "<"
-    pos = 0
-    while pos + 4 <= len(frame):
-        (length,) = struct.unpack_from(endian + "I", frame, pos)
-        if length == 0 or length == 0xFFFFFFFF or pos + 4 + length > len(frame):
-            return
-        body = pos + 4
-        (cie_id,) = struct.unpack_from(endian + "I", frame, body)
-        if cie_id != 0xFFFFFFFF and length >= 20:
-            yield struct.unpack_from(endian + "QQ", frame, body + 4)
-        pos = body + length
 
 
 def function_symbols(ranges: Sequence[tuple[int, int]], sections: Sequence[tuple[int, int, int]],

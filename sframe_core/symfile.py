@@ -38,7 +38,7 @@ from typing import BinaryIO, NamedTuple
 from .abi import AMD64
 from .dwarf import encode_functions, entry_function, functions
 from .elf import read_elf
-from .elfsyms import executable_sections, fde_ranges, function_symbols
+from .elfsyms import executable_sections, function_symbols
 from .errors import FileError, FormatError, SFrameError
 from .modules import Module
 from .symbols import DEBUG_ROOTS
@@ -434,8 +434,9 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
 def _provide_function_symbols(sections: list[_Section], frame: bytes, big_endian: bool,
                               provide: Callable[[str, bytes, int], None]) -> None:
     """A stripped module: one function symbol per FDE, which LLDB needs (see ``elfsyms``)."""
-    made = function_symbols(list(fde_ranges(frame, big_endian)), executable_sections(sections),
-                            big_endian)
+    spans = _fde_ranges(frame, big_endian) or []
+    made = function_symbols([(start, end - start) for start, end in spans],
+                            executable_sections(sections), big_endian)
     if made is None:
         return
     symtab, strtab, count = made
