@@ -27,11 +27,12 @@ from typing import NamedTuple
 
 import lldb
 
+from sframe_core.abi import AARCH64_BE, AARCH64_LE, AMD64
 from sframe_core.errors import SFrameError
 
 from .target import LLDBModule, info_for, target_key, warn_once
 
-__all__ = ["Route", "NATIVE", "FAILED", "route_target", "routes", "is_native",
+__all__ = ["Route", "NATIVE", "FAILED", "PROVIDER", "ROUTE_ABIS", "route_target", "routes", "is_native",
            "needs_provider", "enabled", "status_lines", "ENV"]
 
 ENV = "SFRAME_LLDB_ROUTE"
@@ -39,10 +40,16 @@ ENV = "SFRAME_LLDB_ROUTE"
 
 NATIVE = "native"
 FAILED = "failed"
+PROVIDER = "provider"  # left to the frame provider on purpose, not a failure
+
+# ABIs whose generated .debug_frame LLDB's unwinder was seen to walk to the
+# outermost frame. On s390x (qemu-user, gdb-remote) LLDB 22 and 23 stopped
+# after f1 (no main, no libc): the frame provider, which walks it, serves it.
+ROUTE_ABIS = frozenset({AMD64.abi_id, AARCH64_LE.abi_id, AARCH64_BE.abi_id})
 
 
 class Route(NamedTuple):
-    kind: str  # NATIVE or FAILED
+    kind: str  # NATIVE, FAILED or PROVIDER
     name: str  # the module's file name, for messages
     detail: str  # the symbol file added, or why not
     provider_helps: bool = True  # False: its SFrame data is unusable anyway
@@ -178,6 +185,12 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> list[Route
             _covered.add(key)
             continue
         built = _built(target, module)
+        arch = info_for(target).arch
+        if arch is not None and arch.abi_id not in ROUTE_ABIS:
+            seen[key] = route = Route(PROVIDER, _name(module), f"LLDB's unwinder does not walk "
+                                      f"{arch.name} .debug_frame (observed on 22 and 23)")
+            new.append(route)
+            continue
         try:
             if built is not None and built.sframe is None and built.error is not None:
                 # The core said why, once ("... its unwind data is ignored").
@@ -210,7 +223,7 @@ def needs_provider(target: lldb.SBTarget) -> bool:
     """Is there an SFrame module the native route could not serve (or is the route off)?"""
     if not enabled():
         return True
-    return any(route.kind == FAILED and route.provider_helps
+    return any(route.kind == PROVIDER or (route.kind == FAILED and route.provider_helps)
                for route in _routes.get(target_key(target), {}).values())
 
 
@@ -224,6 +237,8 @@ def status_lines(target: lldb.SBTarget) -> list[str]:
     for route in found.values():
         if route.kind == NATIVE:
             lines.append(f"{route.name}: LLDB's own unwinder, .debug_frame from SFrame in {route.detail}")
+        elif route.kind == PROVIDER:
+            lines.append(f"{route.name}: the frame provider: {route.detail}")
         else:
             lines.append(f"{route.name}: not on the native route: {route.detail}")
     return lines
