@@ -11,27 +11,25 @@ reloading a cached symbol file (what an adapter pays at every module load).
   under 50 ms.
 
 Best of several runs, in this process (pyelftools already imported, as in a
-debugger with the plugin loaded). Usage: ``python bench/bench_dwarf.py``.
+debugger with the plugin loaded). Usage: ``python -m bench.bench_dwarf [--fdes N]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from bench.bench_lookup import best, encode
+from sframe_core import symfile
+from sframe_core.dwarf import debug_frame
+from sframe_core.elf import read_elf
+from sframe_core.section import SFrameSection
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from bench_lookup import best, encode  # noqa: E402
-
-from sframe_core import symfile  # noqa: E402
-from sframe_core.dwarf import debug_frame  # noqa: E402
-from sframe_core.elf import read_elf  # noqa: E402
-from sframe_core.section import SFrameSection  # noqa: E402
 
 REAL = ROOT / "tests" / "fixtures" / "realprogs"
 FIX = ROOT / "tests" / "fixtures" / "x86_64" / "busid-v3"
@@ -52,9 +50,13 @@ def demo(tmp: Path) -> Path | None:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--fdes", type=int, default=20_000, help="functions in the synthetic section")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per figure (best kept)")
+    args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-dwarf-"))
     try:
-        print("generation (best of 5)               FDEs   .debug_frame   per 1k FDEs"
+        print(f"generation (best of {args.repeat})               FDEs   .debug_frame   per 1k FDEs"
               "   symbol file   per 1k FDEs")
         modules = [REAL / "lua5.4" / p / "lua5.4.noeh" for p in ("bu2.40-v1", "busid-v3")]
         modules += [REAL / "bzip2" / "busid-v3" / "bzip2.noeh"]
@@ -65,14 +67,15 @@ def main() -> int:
             section = read_elf(path).open()
             assert section is not None
             n = section.num_fdes
-            frame = best(lambda s=section: debug_frame(s))  # type: ignore[misc]
-            whole = best(lambda p=path: symfile.write_symbol_file(str(p), str(tmp / "x.debug")))
+            frame = best(lambda s=section: debug_frame(s), args.repeat)  # type: ignore[misc]
+            whole = best(lambda p=path: symfile.write_symbol_file(str(p), str(tmp / "x.debug")),
+                         args.repeat)
             name = "/".join(path.parts[-3:])
             print(f"  {name:34} {n:6} {frame * 1e3:11.1f} ms {frame / n * 1e6:10.1f} ms"
                   f" {whole * 1e3:10.1f} ms {whole / n * 1e6:10.1f} ms")
-        n = 20_000
+        n = args.fdes
         section = SFrameSection(encode(3, True, n, 0x100000), 0x100000)
-        frame = best(lambda: debug_frame(section), repeat=3)
+        frame = best(lambda: debug_frame(section), args.repeat)
         print(f"  {'synthetic v3 section':34} {n:6} {frame * 1e3:11.1f} ms"
               f" {frame / n * 1e6:10.1f} ms")
 

@@ -28,6 +28,7 @@ registers plus offsets) become DWARF expressions. The round trip through
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
@@ -314,7 +315,7 @@ def debug_frame(section: SFrameSection,
 
     :raises FormatError: the section is corrupt (nothing is returned then).
     """
-    return encode_functions((*functions(section, rows_for), *extra), section.arch)
+    return encode_functions(itertools.chain(functions(section, rows_for), extra), section.arch)
 
 
 def encode_functions(funcs: Iterable[Function], arch: Arch, *, offset: int = 0) -> bytes:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import io
+import itertools
 import os
 import stat
 import struct
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO, NamedTuple
 
 from .abi import AMD64
-from .dwarf import encode_functions, entry_function, functions
+from .dwarf import Function, encode_functions, entry_function, functions
 from .elf import read_elf
 from .elfsyms import executable_sections, function_symbols
 from .errors import FileError, FormatError, SFrameError
@@ -548,16 +549,17 @@ def _frame(plan: _Plan) -> bytes:
         existing, covered = b"", []  # unreadable: replaced by ours whole
     try:
         # debug_frame decodes every FDE and FRE, with the checks lookups make.
-        funcs = list(functions(section))
+        extra = []
         # As the gdb adapter does: only amd64's _start is known to be the
         # short, FDE-less entry function everywhere.
         if section.arch.abi_id == AMD64.abi_id:
             span = Module(path, 0, (), elf=info).entry_function()
             if span is not None:
-                funcs.append(entry_function(*span))
+                extra.append(entry_function(*span))
+        funcs: Iterable[Function] = itertools.chain(functions(section), extra)
         if covered:
             starts = [start for start, _ in covered]
-            funcs = [f for f in funcs if not _covers(covered, starts, f.start)]
+            funcs = (f for f in funcs if not _covers(covered, starts, f.start))
         return existing + encode_functions(funcs, section.arch, offset=len(existing))
     except FormatError as exc:
         text = str(exc)
@@ -599,6 +601,8 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     :raises SFrameError: one line naming the file and what is wrong; nothing
         is left at ``out`` then.
     """
+    if os.path.exists(out) and os.path.samefile(out, path):
+        raise FileError(f"{out}: is the module itself; give another output file")
     plan = _plan(path, debug_roots)
     frame = _frame(plan)
     try:

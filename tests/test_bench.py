@@ -21,6 +21,7 @@ BENCHES = {
     "bench_unwind": (["--depth", "50", "--repeat", "1"], "eh_frame / sframe (warm, same core)"),
     "bench_gdb": (["--depth", "50", "--repeat", "1", "--steps", "3"], "stepi+bt per instruction"),
     "bench_lldb": (["--depth", "50", "--runs", "1", "--provider"], "native route bt (deep.noeh.stripped)"),
+    "bench_dwarf": (["--fdes", "300", "--repeat", "1"], "worst reload"),
 }
 
 

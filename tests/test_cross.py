@@ -402,6 +402,15 @@ def test_lldb_s390x_without_plugin_stops(entry: Entry | None, tmp_path: Path) ->
 # -- sframe to-dwarf: plain gdb with the symbol file, no plugin ---------------------
 
 
+def _gdb_once(gdb: str, arch: str, exe: Path, workdir: Path, before: list[str]) -> Trace:
+    """One plain gdb session on a fresh qemu-user stub running ``exe``."""
+    stub = QemuStub(arch, exe, cwd=workdir).start()
+    try:
+        return gdb_live(gdb, stub, exe, workdir, plugin=False, before=before)
+    finally:
+        stub.close()
+
+
 @pytest.mark.parametrize("entry", ALL)
 def test_gdb18_symbol_file_without_plugin(entry: Entry | None, tmp_path: Path) -> None:
     """gdb 18 without the plugin and without its prologue analyser, given
@@ -412,31 +421,21 @@ def test_gdb18_symbol_file_without_plugin(entry: Entry | None, tmp_path: Path) -
 
     entry = require(entry)
     arch = entry["arch"]
-    gdb = str(DEBUGGERS / "gdb-18")
-    if not Path(gdb).is_file():
+    gdb = DEBUGGERS / "gdb-18"
+    if not gdb.is_file():
         missing(f"{gdb} not found (scripts/setup.sh installs gdb 18)")
-    _, noeh = twin_noeh(entry)
+    twin, noeh = twin_noeh(entry)
     want = live_oracle(entry, arch, gdb_multiarch(), tmp_path)
     symbols = tmp_path / "noeh.sym"
     write_symbol_file(str(noeh), str(symbols))
-    disable = [f'maint frame-unwinder disable -name "{PROLOGUE[arch]}"',
-               f"add-symbol-file {symbols}"]
-    stub = QemuStub(arch, noeh, cwd=tmp_path).start()
-    try:
-        got = gdb_live(gdb, stub, noeh, tmp_path, plugin=False, before=disable)
-    finally:
-        stub.close()
+    disable = [f'maint frame-unwinder disable -name "{PROLOGUE[arch]}"']
+    got = _gdb_once(str(gdb), arch, noeh, tmp_path, [*disable, f"add-symbol-file {symbols}"])
     n = len(PROGRAM)
     if entry["pac"]:
         # gdb cannot strip PACs under qemu-user (no pauth mask from the stub):
         # it is wrong in the same way with the twin's own CFI. Same frames as
         # gdb on the twin is what the symbol file can promise there.
-        twin, _ = twin_noeh(entry)
-        stub = QemuStub(arch, twin, cwd=tmp_path).start()
-        try:
-            want = gdb_live(gdb, stub, twin, tmp_path, plugin=False, before=disable[:1])
-        finally:
-            stub.close()
+        want = _gdb_once(str(gdb), arch, twin, tmp_path, disable)
         n = next((i for i, f in enumerate(want.frames) if has_pac_bits(f.pc)), n - 1) + 1
         assert n >= 3, fmt("gdb on the twin", want)
         # Each process signs with its own keys: compare the PCs without the PACs.

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from helpers import FIXTURES
+from helpers import FIXTURES, need, no_section_headers
 from helpers.manifest import Entry, manifest_params, require
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -307,10 +307,7 @@ def test_corrupt_pcmask_is_bounded() -> None:
 
 
 def _fixture(*parts: str) -> Path:
-    path = FIXTURES.joinpath(*parts)
-    if not path.exists():
-        pytest.fail(f"fixture missing: {path} (run tests/fixtures/build.sh)")
-    return path
+    return need(FIXTURES.joinpath(*parts))
 
 
 def _sections(path: str | Path) -> list[tuple[str, str, int, int, int]]:
@@ -342,13 +339,8 @@ def test_symbol_file_layout(parts: tuple[str, ...], tmp_path: Path) -> None:
     assert made.build_id == symfile.read_module(str(module)).build_id
     assert made.build_id and symfile.read_module(str(out)).build_id == made.build_id
     before, after = _sections(module), _sections(out)
-    added = [(name, stype) for name, stype, *_ in after[len(before):]]
-    if any(name == ".symtab" for name, *_ in before):
-        assert added == [(".debug_frame", "SHT_PROGBITS")]
-    else:
-        # A stripped module: function symbols for LLDB (sframe_core/elfsyms.py).
-        assert added == [(".debug_frame", "SHT_PROGBITS"), (".strtab", "SHT_STRTAB"),
-                         (".symtab", "SHT_SYMTAB")]
+    assert after[-1][:2] == (".debug_frame", "SHT_PROGBITS")
+    assert len(after) == len(before) + 1
     with open(module, "rb") as stream:
         flags = [s["sh_flags"] for s in ELFFile(stream).iter_sections()]
     for (name, stype, addr, size, link), new, flag in zip(before, after, flags, strict=False):
@@ -370,11 +362,7 @@ def test_symbol_file_without_section_headers(tmp_path: Path) -> None:
     the notes become sections (the build-id is kept), .debug_frame is added,
     and its rows are the SFrame rows."""
     source = _fixture("x86_64", "busid-v3", "deep.noeh.stripped")
-    module = tmp_path / "noshdr"
-    data = bytearray(source.read_bytes())
-    data[0x28:0x30] = bytes(8)  # e_shoff
-    data[0x3A:0x40] = bytes(6)  # e_shentsize, e_shnum, e_shstrndx
-    module.write_bytes(bytes(data))
+    module = no_section_headers(source, tmp_path / "noshdr")
     out = tmp_path / "out.debug"
     made = symfile.write_symbol_file(str(module), str(out))
     assert made.build_id == symfile.read_module(str(source)).build_id
@@ -610,6 +598,9 @@ def test_cli_to_dwarf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     (["{txt}"], "{txt}: not an ELF file"),
     (["{nosframe}"], "{nosframe}: no .sframe section"),
     (["{module}", "-o", "{tmp}/missing/out"], "{tmp}/missing/out: No such file or directory"),
+    (["{nosframe}", "-o", "{nosframe}"], "{nosframe}: is the module itself; give another "
+                                         "output file"),
+    (["{nobid}", "--build-id-dir", "{tmp}/d"], "{nobid}: no build-id note: use -o OUT"),
 ])
 def test_cli_to_dwarf_errors(args: list[str], message: str, tmp_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
@@ -624,11 +615,17 @@ def test_cli_to_dwarf_errors(args: list[str], message: str, tmp_path: Path,
     subprocess.run([objcopy, "--remove-section=.sframe", names["module"], str(nosframe)],
                    check=True)
     names["nosframe"] = str(nosframe)
+    nobid = tmp_path / "nobid"
+    subprocess.run([objcopy, "--remove-section=.note.gnu.build-id", names["module"], str(nobid)],
+                   check=True)
+    names["nobid"] = str(nobid)
+    before = nosframe.read_bytes()
     assert main(["to-dwarf", *[a.format(**names) for a in args]]) == 1
     captured = capsys.readouterr()
     assert captured.err == f"sframe: {message.format(**names)}\n"
     assert captured.out == ""
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["nosframe"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nobid", "nosframe"]
+    assert nosframe.read_bytes() == before
 
 
 # -- real programs ------------------------------------------------------------------------
@@ -685,7 +682,9 @@ def _seed() -> tuple[bytes, int]:
     return info.data, info.sframe_address
 
 
-@settings(max_examples=150, deadline=2000, derandomize=True,
+# No deadline: on the shared 2-core test machine one example took 12 s once
+# (0.8 s when rerun); the bound that matters is MAX_BLOCKS, checked above.
+@settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(flips=st.lists(st.integers(min_value=0, max_value=8 * 400 - 1), min_size=1, max_size=6))
 def test_mutated_sframe_gives_one_error_or_rows(flips: list[int]) -> None:

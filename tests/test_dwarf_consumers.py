@@ -10,21 +10,19 @@ analyzer disabled (gdb >= 16) so that it cannot hide a missing CFI.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.gdbtools import GDBS, Gdb, fixture, gdb_version
+from helpers import X86, missing, need
+from helpers.gdbtools import GDBS, Gdb, gdb_version
 
 from sframe_core.cli import main
 
 pytestmark = [pytest.mark.gdb]
 
-X86 = fixture("x86_64")
-REQUIRED = os.environ.get("CI") == "true" or os.environ.get("SFRAME_REQUIRE_DEBUGGERS") == "1"
 # gdb stops after main; eu-stack goes on to _start: both, on both sides.
 CASES = [
     ("bu2.40-v1", "deep", "deep.noeh"),
@@ -37,23 +35,11 @@ CASES = [
 ]
 
 
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.fail(f"fixture missing: {path} (run tests/fixtures/build.sh)")
-    return path
-
-
-def _missing(why: str) -> None:
-    if REQUIRED:
-        pytest.fail(why)
-    pytest.skip(why)
-
-
 @pytest.fixture(params=sorted(GDBS), scope="module")
 def gdb_path(request: pytest.FixtureRequest) -> str:
     path = GDBS[request.param]
     if gdb_version(path) is None:
-        _missing(f"{request.param} not runnable at {path} (scripts/setup.sh installs it)")
+        missing(f"{request.param} not runnable at {path} (scripts/setup.sh installs it)")
     return path
 
 
@@ -100,8 +86,8 @@ def test_plain_gdb(gdb_path: str, producer: str, twin: str, noeh: str, tmp_path:
     """Live: gdb finds the symbol file through ``debug-file-directory`` and
     unwinds as on the twin; callee-saved registers SFrame does not describe
     are ``<not saved>`` in callers, never another frame's value."""
-    program = _need(X86 / producer / noeh)
-    expected, g = _gdb_bt(gdb_path, _need(X86 / producer / twin))
+    program = need(X86 / producer / noeh)
+    expected, g = _gdb_bt(gdb_path, need(X86 / producer / twin))
     g.close()
     expected_frames = _frames(expected)
     assert len(expected_frames) >= 4
@@ -124,8 +110,8 @@ def test_plain_gdb_core_and_add_symbol_file(gdb_path: str, tmp_path: Path) -> No
     """A core file, with the symbol file found by build-id; and the
     ``add-symbol-file FILE -o BIAS`` route on the live process."""
     producer = "bu2.44-v2"
-    program = _need(X86 / producer / "deep.noeh")
-    expected, g = _gdb_bt(gdb_path, _need(X86 / producer / "deep"))
+    program = need(X86 / producer / "deep.noeh")
+    expected, g = _gdb_bt(gdb_path, need(X86 / producer / "deep"))
     g.close()
     core = tmp_path / "deep.core"
     alone, g = _gdb_bt(gdb_path, program, gcore=core)
@@ -149,7 +135,7 @@ def test_plain_gdb_core_and_add_symbol_file(gdb_path: str, tmp_path: Path) -> No
 def _eu_stack() -> str:
     path = shutil.which("eu-stack")
     if path is None:
-        _missing("eu-stack not installed (scripts/setup.sh installs elfutils)")
+        missing("eu-stack not installed (scripts/setup.sh installs elfutils)")
     assert path is not None
     return path
 
@@ -158,7 +144,7 @@ def _core(tmp_path: Path, program: Path) -> Path:
     core = tmp_path / f"{program.name}.core"
     gdb = GDBS["gdb13"]
     if gdb_version(gdb) is None:
-        _missing(f"no gdb at {gdb} to write a core file")
+        missing(f"no gdb at {gdb} to write a core file")
     _, g = _gdb_bt(gdb, program, gcore=core)
     g.close()
     return core
@@ -179,8 +165,8 @@ def test_eu_stack_core(producer: str, twin: str, noeh: str, tmp_path: Path) -> N
     takes the module's CFI from its ``.debug_frame``: the same frames as the
     twin's core, to ``_start``, with no error."""
     _eu_stack()
-    program = _need(X86 / producer / noeh)
-    expected, _ = _eu_frames(_core(tmp_path, _need(X86 / producer / twin)),
+    program = need(X86 / producer / noeh)
+    expected, _ = _eu_frames(_core(tmp_path, need(X86 / producer / twin)),
                              X86 / producer / twin)
     assert len(expected) >= 5 and expected[-1].endswith(" _start"), expected
     core = _core(tmp_path, program)

@@ -11,7 +11,6 @@ processes have the same stack layout and argument values can be compared.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import stat
@@ -19,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import missing
 from helpers.gdbtools import GDBS, Gdb, gdb_version
 from helpers.realprogs import PROGRAMS, Program, available, gdb_stops
 
@@ -26,17 +26,10 @@ from sframe_core import symfile
 
 pytestmark = [pytest.mark.gdb]
 
-REQUIRED = os.environ.get("CI") == "true" or os.environ.get("SFRAME_REQUIRE_DEBUGGERS") == "1"
 STOPS = {"lua5.4": ("luaT_trybinTM", "luaB_error", "str_find_aux", "auxsort"),
          "bzip2": ("mainGtU", "fallbackSort", "BZ2_hbMakeCodeLengths")}
 PRODUCERS = ("bu2.40-v1", "busid-v3")  # SFrame v1 and v3
 UNAVAILABLE = ("<optimized out>", "<not saved>", "<unavailable>", "<error reading variable")
-
-
-def _missing(why: str) -> None:
-    if REQUIRED:
-        pytest.fail(why)
-    pytest.skip(why)
 
 
 class Setup:
@@ -140,7 +133,7 @@ def test_plain_gdb_keeps_debug_info(name: str, producer: str, gdb_name: str,
                                     tmp_path: Path) -> None:
     gdb = GDBS[gdb_name]
     if gdb_version(gdb) is None:
-        _missing(f"{gdb_name} not runnable at {gdb}")
+        missing(f"{gdb_name} not runnable at {gdb}")
     setup = Setup(tmp_path, PROGRAMS[name], producer)
     bps = STOPS[name]
     twin = gdb_stops(gdb, setup.twin, setup.program, breakpoints=bps)
@@ -165,7 +158,7 @@ def _core(gdb: str, binary: Path, program: Program, bp: str, core: Path) -> None
 def _eu_stack(core: Path, binary: Path, path: str) -> list[str]:
     eu = shutil.which("eu-stack")
     if eu is None:
-        _missing("eu-stack not installed (scripts/setup.sh installs elfutils)")
+        missing("eu-stack not installed (scripts/setup.sh installs elfutils)")
     assert eu is not None
     res = subprocess.run([eu, "-i", "-s", f"--core={core}", "-e", str(binary),
                           f"--debuginfo-path={path}"], capture_output=True, text=True, timeout=300)
@@ -180,7 +173,7 @@ def test_eu_stack_keeps_debug_info(producer: str, tmp_path: Path) -> None:
     information the symbol file carries, frames to _start as on the twin."""
     gdb = GDBS["gdb13"]
     if gdb_version(gdb) is None:
-        _missing(f"no gdb at {gdb} to write core files")
+        missing(f"no gdb at {gdb} to write core files")
     setup = Setup(tmp_path, PROGRAMS["lua5.4"], producer)
     twin_core, our_core = tmp_path / "twin.core", tmp_path / "ours.core"
     _core(gdb, setup.twin, setup.program, "luaB_error", twin_core)
