@@ -49,7 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("info", help="modules with SFrame: version, ABI, FDEs, range, .eh_frame")
     lookup = sub.add_parser("lookup", help="the unwind row that applies at ADDRESS")
     lookup.add_argument("address", help="0x... or decimal")
-    sub.add_parser("status", help="is the frame provider active for this target?")
+    sub.add_parser("status", help="which route (LLDB's own unwinder or the frame provider) "
+                   "serves each SFrame module of this target")
+    sub.add_parser("load", help="add the SFrame symbol files to this target's modules now "
+                   "(before setting breakpoints: see docs/lldb.md)")
     sub.add_parser("enable", help="register the frame provider for the current target "
                    "(needed after loading a core once the plugin was loaded)")
     return parser
@@ -219,13 +222,14 @@ def _target(debugger: lldb.SBDebugger, exe_ctx: lldb.SBExecutionContext | None) 
 
 
 class SFrameCommand:
-    """``sframe bt [-c N] [--all] | info | lookup ADDRESS | status | enable``."""
+    """``sframe bt [-c N] [--all] | info | lookup ADDRESS | status | load | enable``."""
 
     def __init__(self, debugger: lldb.SBDebugger, internal_dict: dict) -> None:
         self.parser = _parser()
 
     def get_short_help(self) -> str:
-        return "Unwind with SFrame: sframe bt [-c COUNT] [--all] | info | lookup ADDRESS | status | enable"
+        return ("Unwind with SFrame: sframe bt [-c COUNT] [--all] | info | lookup ADDRESS | status | "
+                "load | enable")
 
     def get_long_help(self) -> str:
         return self.parser.format_help()
@@ -266,6 +270,13 @@ class SFrameCommand:
             return
         if args.cmd == "status":
             result.AppendMessage(f"sframe-gdb {__version__}\n{registry.status(debugger, target)}")
+            return
+        if args.cmd == "load":
+            if not target.IsValid():
+                raise CommandError("no target")
+            from . import symfiles
+            symfiles.route_target(debugger, target)
+            result.AppendMessage(registry.status(debugger, target))
             return
         if not target.IsValid():
             raise CommandError("no target")

@@ -20,6 +20,7 @@ import importlib
 
 import lldb
 
+from . import symfiles
 from .target import target_key, warn, warn_once
 
 __all__ = ["supported", "register", "install", "status", "StopHook"]
@@ -174,7 +175,9 @@ class StopHook:
         global in_stop_hook
         try:
             target = exe_ctx.GetTarget()
-            if target.IsValid() and target_key(target) not in _ids:
+            if target.IsValid():
+                symfiles.route_target(target.GetDebugger(), target)
+            if target.IsValid() and target_key(target) not in _ids and _provider_wanted(target):
                 # LLDB 23 runs the new provider at once, inside this hook, where
                 # reading an input frame's registers can hang: pass through then.
                 in_stop_hook = True
@@ -208,11 +211,18 @@ def _add_stop_hook(debugger: lldb.SBDebugger, target: lldb.SBTarget | None,
         warn(f"could not add the stop-hook: {(result.GetError() or '').strip()}")
 
 
-def install(debugger: lldb.SBDebugger) -> None:
-    """Register on every existing target and arrange it for targets created later."""
+def _provider_wanted(target: lldb.SBTarget) -> bool:
+    """The provider serves only modules the native route (``symfiles``) could not."""
+    if not symfiles.needs_provider(target):
+        return False
     if not supported():
         say_unsupported()
-        return
+        return False
+    return True
+
+
+def install(debugger: lldb.SBDebugger) -> None:
+    """Route (and, where needed, register on) every existing target; arrange it for later ones."""
     count = debugger.GetNumTargets()
     if count == 0:
         _add_stop_hook(debugger, None)
@@ -222,12 +232,21 @@ def install(debugger: lldb.SBDebugger) -> None:
     # from ~/.lldbinit, before any target).
     for i in range(count):
         target = debugger.GetTargetAtIndex(i)
-        register(target, check_now=True)
+        symfiles.route_target(debugger, target)
+        if _provider_wanted(target):
+            register(target, check_now=True)
         if "dummy" not in _hooked:
             _add_stop_hook(debugger, target)
 
 
 def status(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> str:
+    lines = symfiles.status_lines(target) if target is not None and target.IsValid() else []
+    return "\n".join(lines + [_provider_status(target)])
+
+
+def _provider_status(target: lldb.SBTarget) -> str:
+    if target is not None and target.IsValid() and not symfiles.needs_provider(target):
+        return "frame provider: not needed (no module it could help: see above)"
     if not supported():
         return ("frame provider: not available in this LLDB (no scripted frame providers); "
                 "'sframe bt' works")

@@ -108,9 +108,12 @@ class LLDBModule(Module):
 
     has_eh_section: bool = False
     sframe_section: lldb.SBSection | None = None
+    native_cfi: bool = False  # LLDB reads our .debug_frame for it (``symfiles``)
 
     def sframe_only(self, pc: int) -> bool:
         """SFrame covers ``pc`` and no DWARF CFI does (LLDB's unwinder has nothing)."""
+        if self.native_cfi:
+            return False
         section = self.sframe
         if section is None or section.find_fde(pc) is None:
             return False
@@ -164,6 +167,8 @@ class TargetInfo:
         built.has_eh_section = bool((eh.IsValid() and eh.GetByteSize())
                                     or (dbg.IsValid() and dbg.GetByteSize()))
         built.sframe_section = sframe if has_sframe else None
+        from .symfiles import is_native
+        built.native_cfi = is_native(target, path)
         return built
 
     def module_for(self, pc: int) -> LLDBModule | None:
@@ -175,11 +180,13 @@ class TargetInfo:
 
 
 def _signature(target: lldb.SBTarget) -> tuple[object, ...]:
-    sig = []
+    sig: list[tuple[object, ...]] = []
     for module in target.module_iter():
         header = module.GetObjectFileHeaderAddress()
         sig.append((module.GetFileSpec().fullpath, module.GetUUIDString(),
                     header.GetLoadAddress(target)))
+    from .symfiles import routes
+    sig.append(("routes", len(routes(target))))  # a symbol file added changes the table
     return tuple(sig)
 
 

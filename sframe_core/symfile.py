@@ -33,12 +33,13 @@ import stat
 import struct
 import tempfile
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO, NamedTuple
 
 from .abi import AMD64
 from .dwarf import Function, encode_functions, entry_function, functions
 from .elf import read_elf
+from .elfsyms import executable_sections, function_symbols
 from .errors import FileError, FormatError, SFrameError
 from .modules import Module
 from .symbols import DEBUG_ROOTS
@@ -48,9 +49,10 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "write_sym
 
 # Bump when the bytes written for the same input change (a fix in dwarf.py):
 # cached files of older generators are then not reused.
-GENERATOR = 1
+GENERATOR = 5  # 2, 3: function symbols when stripped (elfsyms), 4: key of what is copied in; 5: callee-saved register rules (saved.py)
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
+_SHT_SYMTAB, _SHT_STRTAB = 2, 3
 _SHF_ALLOC = 0x2
 _PT_LOAD, _PT_NOTE, _PT_PHDR = 1, 4, 6
 _ET_REL = 1
@@ -345,6 +347,8 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
         own[index] = data
 
     provide(".debug_frame", frame, 8)
+    if base.section(".symtab") is None and base.section(".debug_info") is None:
+        _provide_function_symbols(sections, frame, module.big_endian, provide)
     if debuglink is not None:
         provide(".gnu_debuglink", debuglink, 4)
     own[shstrndx] = names
@@ -429,6 +433,24 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
         out.write(struct.pack(endian + "IIQQQQIIQQ", 0, 0, 0, 0, 0,
                               shnum if shnum >= 0xFF00 else 0,
                               shstrndx if shstrndx >= 0xFF00 else 0, 0, 0, 0))
+
+
+def _provide_function_symbols(sections: list[_Section], frame: bytes, big_endian: bool,
+                              provide: Callable[[str, bytes, int], None]) -> None:
+    """A stripped module: one function symbol per FDE, which LLDB needs (see ``elfsyms``)."""
+    spans = _fde_ranges(frame, big_endian) or []
+    made = function_symbols([(start, end - start) for start, end in spans],
+                            executable_sections(sections), big_endian)
+    if made is None:
+        return
+    symtab, strtab, count = made
+    provide(".strtab", strtab, 1)
+    provide(".symtab", symtab, 8)
+    names = {sec.name: i for i, sec in enumerate(sections) if i}
+    strtab_index, symtab_index = names[".strtab"], names[".symtab"]
+    sections[strtab_index] = sections[strtab_index]._replace(type=_SHT_STRTAB)
+    sections[symtab_index] = sections[symtab_index]._replace(type=_SHT_SYMTAB, link=strtab_index,
+                                                             info=count, entsize=24)
 
 
 class _Plan(NamedTuple):
@@ -620,6 +642,12 @@ def _cache_name(plan: _Plan) -> str:
         digest.update(_identity(plan.module.path))
     if plan.base is not plan.module:
         digest.update(_identity(plan.base.path))
+    # A stripped file and its unstripped twin share the build-id and the
+    # .sframe, not the symbol file (symbols, debug information): what is
+    # copied in is part of the key.
+    for sec in plan.base.sections:
+        if not sec.flags & _SHF_ALLOC:
+            digest.update(f"{sec.name}\0{sec.type}\0{sec.size}\0".encode())
     prefix = plan.module.build_id or "nobuildid"
     return f"{prefix}-{digest.hexdigest()[:20]}.debug"
 

@@ -3,6 +3,9 @@
 Frame providers (plain ``bt``) need LLDB 22+; ``sframe bt`` works on all.
 A missing debugger skips, or fails when CI=true. Expected backtraces come
 from the same LLDB, without the plugin, on the twin that has ``.eh_frame``.
+These tests run with the native route off (``SFRAME_LLDB_ROUTE=provider``):
+the provider is what serves modules the route cannot (test_lldb_route.py
+tests the route).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import X86, missing, need
+from helpers import X86, corrupt_sframe_version, missing, need
 from helpers.lldbtools import (
     PLUGIN,
     Session,
@@ -24,6 +27,12 @@ from helpers.lldbtools import (
 )
 
 pytestmark = pytest.mark.lldb
+
+
+@pytest.fixture(autouse=True)
+def _provider_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SFRAME_LLDB_ROUTE", "provider")
+
 
 PROVIDER_VERSIONS = ["22", "23"]
 ALL_VERSIONS = ["21", "22", "23"]
@@ -270,16 +279,9 @@ def test_missing_dependencies_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize("version", ["21", "23"])
 def test_corrupt_sframe_reported_once(version: str, tmp_path: Path) -> None:
     """A corrupt .sframe: one line, no traceback, no hang; the rest still works."""
-    from elftools.elf.elffile import ELFFile
     twin = need(X86 / "busid-v3" / "deep")
-    source = need(X86 / "busid-v3" / "deep.noeh.stripped")
-    binary = tmp_path / "deep.noeh.stripped"
-    data = bytearray(source.read_bytes())
-    with open(source, "rb") as stream:
-        offset = ELFFile(stream).get_section_by_name(".sframe")["sh_offset"]
-    data[offset + 2] = 0x7F  # the version byte
-    binary.write_bytes(bytes(data))
-    binary.chmod(0o755)
+    binary = corrupt_sframe_version(need(X86 / "busid-v3" / "deep.noeh.stripped"),
+                                    tmp_path / "deep.noeh.stripped")
     commands = [f"target create {binary}", break_command(binary, twin), "process launch",
                 "bt", "sframe bt", "sframe info", "sframe bt"]
     out = run_lldb(version, commands)

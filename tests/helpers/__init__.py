@@ -72,3 +72,15 @@ def no_section_headers(source: Path, dest: Path) -> Path:
     dest.write_bytes(bytes(data))
     dest.chmod(0o755)
     return dest
+
+
+def corrupt_sframe_version(source: Path, dest: Path) -> Path:
+    """A copy of ``source`` whose .sframe header says version 127 (unknown)."""
+    from elftools.elf.elffile import ELFFile
+    data = bytearray(source.read_bytes())
+    with open(source, "rb") as stream:
+        offset = ELFFile(stream).get_section_by_name(".sframe")["sh_offset"]
+    data[offset + 2] = 0x7F  # the version byte
+    dest.write_bytes(bytes(data))
+    dest.chmod(0o755)
+    return dest

@@ -1,0 +1,244 @@
+"""The native route: SFrame handed to LLDB's own unwinder as DWARF CFI.
+
+For every module that has ``.sframe`` and no ``.eh_frame``/``.debug_frame``
+(so LLDB has no CFI for its code), the core writes a symbol file holding a
+``.debug_frame`` made from the SFrame rows (plus the module's own debug
+information, and the separate debug file LLDB already used) and this module
+adds it with ``target symbols add``. From then on plain ``bt``, ``up``,
+``frame variable``, ``register read``, ``finish`` and stepping are LLDB's
+own: native symbolication (callers at pc - 1, inlined frames) and real
+register contexts, on every LLDB (21 included).
+
+When: at import for existing targets, and from the plugin's stop-hook at
+every stop (launch, attach, core load, ``gdb-remote``, and the first stop
+after a ``dlopen``) for modules not seen before. LLDB 21.1.7, 22.1.0 and
+23.1.0 all drop the frames and unwind plans they built before a symbol file
+is added, so adding it at a stop is enough (observed, docs/lldb.md).
+
+A module the route cannot serve (no file, generation failed, LLDB refused
+the file) is recorded with the reason; the frame provider (22+) serves only
+such modules, and ``sframe status`` lists each module's route.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import lldb
+
+from sframe_core.abi import AARCH64_BE, AARCH64_LE, AMD64
+from sframe_core.errors import SFrameError
+
+from .target import LLDBModule, info_for, target_key, warn_once
+
+__all__ = ["Route", "NATIVE", "FAILED", "PROVIDER", "ROUTE_ABIS", "route_target", "routes", "is_native",
+           "needs_provider", "enabled", "status_lines", "ENV"]
+
+ENV = "SFRAME_LLDB_ROUTE"
+"""``provider`` turns the native route off (the frame provider alone, as before)."""
+
+NATIVE = "native"
+FAILED = "failed"
+PROVIDER = "provider"  # left to the frame provider on purpose, not a failure
+
+# ABIs whose generated .debug_frame LLDB's unwinder was seen to walk to the
+# outermost frame. On s390x (qemu-user, gdb-remote) LLDB 22 and 23 stopped
+# after f1 (no main, no libc): the frame provider, which walks it, serves it.
+ROUTE_ABIS = frozenset({AMD64.abi_id, AARCH64_LE.abi_id, AARCH64_BE.abi_id})
+
+
+class Route(NamedTuple):
+    kind: str  # NATIVE, FAILED or PROVIDER
+    name: str  # the module's file name, for messages
+    detail: str  # the symbol file added, or why not
+    provider_helps: bool = True  # False: its SFrame data is unusable anyway
+
+
+# target key -> module key -> Route. Survives a re-import of the package.
+_routes: dict[object, dict[tuple[str, str], Route]] = {}
+# Modules whose code LLDB has CFI for already (or without usable SFrame).
+_covered: set[tuple[str, str]] = set()
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "auto").strip().lower() != "provider"
+
+
+def _module_key(module: lldb.SBModule) -> tuple[str, str]:
+    return (module.GetFileSpec().fullpath or module.GetFileSpec().GetFilename() or "?",
+            module.GetUUIDString() or "")
+
+
+def _name(module: lldb.SBModule) -> str:
+    return module.GetFileSpec().GetFilename() or module.GetFileSpec().fullpath or "?"
+
+
+def _has_section(module: lldb.SBModule, name: str) -> bool:
+    section = module.FindSection(name)
+    return bool(section.IsValid() and section.GetByteSize())
+
+
+def _wants_route(target: lldb.SBTarget, module: lldb.SBModule) -> bool | None:
+    """Does LLDB lack CFI for code that SFrame describes? None: cannot tell yet.
+
+    Checked before anything is added: ``.sframe`` and neither ``.eh_frame``
+    nor ``.debug_frame``, or an SFrame FDE whose function no DWARF CFI
+    covers (a library whose ``.eh_frame`` holds only the C runtime's FDEs).
+    """
+    if not _has_section(module, ".sframe"):
+        return False
+    if not _has_section(module, ".eh_frame") and not _has_section(module, ".debug_frame"):
+        return True
+    built = _built(target, module)
+    if built is None:
+        return None
+    section = built.sframe
+    if section is None:
+        return None if built.error is None else False
+    return any(built.sframe_only(fde.start) for fde in section.iter_fdes())
+
+
+def _built(target: lldb.SBTarget, module: lldb.SBModule) -> LLDBModule | None:
+    """The core's view of ``module`` (None while it has no load address)."""
+    path = module.GetFileSpec().fullpath
+    for built in info_for(target).modules:
+        if built.path == path:
+            return built
+    return None
+
+
+def _has_debug_info(module: lldb.SBModule) -> bool:
+    """DWARF in the module itself, or a separate debug file LLDB found for it."""
+    if module.FindSection(".debug_info").IsValid():  # its size reads 0 before it is loaded
+        return True
+    own, used = module.GetFileSpec(), module.GetSymbolFileSpec()
+    return bool(used.IsValid() and used.fullpath and used.fullpath != own.fullpath)
+
+
+def _keeps_addresses_when_debug_info_is_replaced() -> bool:
+    """LLDB 21.1.7 loses a module's load addresses when the symbol file that
+    replaces the module's own DWARF is added (breakpoints set afterwards are
+    never hit, a backtrace shows the callers of inlined frames at file
+    addresses; with the add before launch, no breakpoint is hit at all);
+    22.1.0 and 23.1.0 do not (observed on lua5.4 -O2 -g). No SB call tells
+    the two apart, so the SB API that came with the fixed releases stands in
+    for it: ``SBThread.GetFrames`` (22+)."""
+    return hasattr(lldb.SBThread, "GetFrames")
+
+
+def _generate(path: str) -> str:
+    """The core's cached symbol file for ``path`` (raises SFrameError).
+
+    The core copies in the module's debug information, or that of the
+    separate debug file gdb and LLDB would find (build-id directory,
+    ``.gnu_debuglink``), so adding it never loses variables or line tables.
+    """
+    from sframe_core.symfile import symbol_file_for
+    made = symbol_file_for(path)
+    if made.warning:
+        warn_once(("symfile-warning", made.warning), made.warning)
+    return made.path
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule) -> Route:
+    name = _name(module)
+    path = module.GetFileSpec().fullpath
+    if not path or not os.path.isfile(path):
+        return Route(FAILED, name, "its file is not on this machine")
+    if _has_debug_info(module) and not _keeps_addresses_when_debug_info_is_replaced():
+        return Route(FAILED, name, "this LLDB loses the module's addresses when its debug "
+                     "information is replaced (LLDB 21); left to LLDB's own unwinder, "
+                     "'sframe bt' works", False)
+    try:
+        symbol_file = _generate(path)
+    except (SFrameError, OSError, ValueError) as exc:
+        return Route(FAILED, name, str(exc) or type(exc).__name__)
+    result = lldb.SBCommandReturnObject()
+    interp = debugger.GetCommandInterpreter()
+    interp.HandleCommand(f"target symbols add -s {_quote(path)} {_quote(symbol_file)}",
+                         lldb.SBExecutionContext(target), result, False)
+    if not result.Succeeded():
+        return Route(FAILED, name, f"LLDB refused {symbol_file}: "
+                     f"{(result.GetError() or 'no reason given').strip()}")
+    return Route(NATIVE, name, symbol_file)
+
+
+def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> list[Route]:
+    """Add symbol files for the target's modules not seen yet; the new routes."""
+    if not enabled() or target is None or not target.IsValid():
+        return []
+    seen = _routes.setdefault(target_key(target), {})
+    new = []
+    for module in target.module_iter():
+        key = _module_key(module)
+        if key in seen or key in _covered:
+            continue
+        wanted = _wants_route(target, module)
+        if wanted is None:
+            continue  # not loaded yet: asked again at the next stop
+        if not wanted:
+            _covered.add(key)
+            continue
+        built = _built(target, module)
+        arch = info_for(target).arch
+        if arch is not None and arch.abi_id not in ROUTE_ABIS:
+            seen[key] = route = Route(PROVIDER, _name(module), f"LLDB's unwinder does not walk "
+                                      f"{arch.name} .debug_frame (observed on 22 and 23)")
+            new.append(route)
+            continue
+        try:
+            if built is not None and built.sframe is None and built.error is not None:
+                # The core said why, once ("... its unwind data is ignored").
+                route = Route(FAILED, _name(module), f"unusable .sframe: {built.error}", False)
+                seen[key] = route
+                new.append(route)
+                continue
+            route = _add(debugger, target, module)
+        except Exception as exc:  # noqa: BLE001 - one line, LLDB keeps working
+            route = Route(FAILED, _name(module), f"{type(exc).__name__}: {exc}")
+        seen[key] = route
+        new.append(route)
+        if route.kind == FAILED:
+            warn_once(("route", key), f"{route.name}: no SFrame symbol file for LLDB's "
+                      f"unwinder: {route.detail}")
+    return new
+
+
+def routes(target: lldb.SBTarget) -> dict[tuple[str, str], Route]:
+    return dict(_routes.get(target_key(target), {}))
+
+
+def is_native(target: lldb.SBTarget, path: str) -> bool:
+    """Does LLDB's own unwinder read our ``.debug_frame`` for the module at ``path``?"""
+    return any(key[0] == path and route.kind == NATIVE
+               for key, route in _routes.get(target_key(target), {}).items())
+
+
+def needs_provider(target: lldb.SBTarget) -> bool:
+    """Is there an SFrame module the native route could not serve (or is the route off)?"""
+    if not enabled():
+        return True
+    return any(route.kind == PROVIDER or (route.kind == FAILED and route.provider_helps)
+               for route in _routes.get(target_key(target), {}).values())
+
+
+def status_lines(target: lldb.SBTarget) -> list[str]:
+    if not enabled():
+        return [f"native route: off ({ENV}=provider)"]
+    found = _routes.get(target_key(target), {})
+    if not found:
+        return ["native route: no loaded module needs it (none has .sframe without .eh_frame)"]
+    lines = []
+    for route in found.values():
+        if route.kind == NATIVE:
+            lines.append(f"{route.name}: LLDB's own unwinder, .debug_frame from SFrame in {route.detail}")
+        elif route.kind == PROVIDER:
+            lines.append(f"{route.name}: the frame provider: {route.detail}")
+        else:
+            lines.append(f"{route.name}: not on the native route: {route.detail}")
+    return lines

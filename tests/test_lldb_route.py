@@ -1,0 +1,433 @@
+"""The native route against real LLDB 21/22/23: SFrame as a ``.debug_frame``
+symbol file that LLDB's own unwinder reads (``lldb_plugin/symfiles.py``).
+
+Every expectation comes from the same LLDB, without the plugin, on the twin
+that has ``.eh_frame``; every binary under test is one where LLDB alone goes
+wrong (stripped, or a DRAP-realigned function), which each test checks too.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from helpers import X86, corrupt_sframe_version, need
+from helpers.lldbtools import (
+    PLUGIN,
+    Session,
+    break_command,
+    command_output,
+    lldb_path,
+    parse_bt,
+    run_lldb,
+    symbol_address,
+)
+
+pytestmark = pytest.mark.lldb
+
+VERSIONS = ["21", "22", "23"]
+PRODUCERS = ["bu2.40-v1", "bu2.44-v2", "bu2.44-v2pcrel", "busid-v3"]
+V3 = X86 / "busid-v3"
+
+# pc, module, function, "at file:line:col", inlined marker of one frame line.
+FULL_RE = re.compile(r"^\s*\*?\s*frame #(\d+): 0x([0-9a-f]+) ([^`\s]+)`?(\S*?)(?:\(.*?\))?"
+                     r"(?: at ([^ ]+?))?( \[inlined\])?(?: \[synthetic\])?\s*$", re.M)
+
+
+_need = need
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    """A cache directory of the test's own, so no test reuses another's files."""
+    return {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+
+def _launch(version: str, binary: Path, twin: Path, commands: list[str], *, plugin: bool,
+            args: str = "", env: dict[str, str] | None = None, pre: list[str] | None = None) -> str:
+    out = run_lldb(version, [f"target create {binary}", *(pre or []), break_command(binary, twin),
+                             f"process launch -- {args}".rstrip(), *commands],
+                   plugin=plugin, env=env)
+    assert "Traceback" not in out, out
+    return out
+
+
+def _frames(text: str) -> list:
+    return parse_bt(text)
+
+
+def _same(got: list, want: list, binary: Path, twin: Path, transcript: str = "") -> None:
+    """Frame by frame: pc always; module and function wherever the file under
+    test has symbols (a stripped file has none of its own)."""
+    assert [f.pc for f in got] == [f.pc for f in want], (
+        f"\n got: {got}\nwant: {want}\n{transcript[-4000:]}")
+    for g, w in zip(got, want, strict=True):
+        if g.module == binary.name:
+            assert w.module == twin.name, (g, w)
+            if not binary.name.endswith(".stripped"):
+                assert g.name == w.name, (g, w)
+        else:
+            assert (g.module, g.name) == (w.module, w.name), (g, w)
+
+
+def _cases() -> list[tuple[str, str, str]]:
+    cases = [(p, "deep.noeh.stripped", "deep") for p in PRODUCERS]
+    cases += [("busid-v3", "realign.noeh", "realign"), ("busid-v3", "realign.noeh.stripped", "realign")]
+    return cases
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("producer,name,twin_name", _cases())
+def test_plain_bt_equals_twin(version: str, producer: str, name: str, twin_name: str,
+                              tmp_path: Path) -> None:
+    binary, twin = _need(X86 / producer / name), _need(X86 / producer / twin_name)
+    want = _frames(command_output(_launch(version, twin, twin, ["bt"], plugin=False), "bt"))
+    assert len(want) >= 6, want
+    native = _frames(command_output(_launch(version, binary, twin, ["bt"], plugin=False), "bt"))
+    assert [f.pc for f in native] != [f.pc for f in want], "LLDB alone already unwinds this"
+    out = _launch(version, binary, twin, ["bt", "sframe status"], plugin=True, env=_env(tmp_path))
+    _same(_frames(command_output(out, "bt")), want, binary, twin, out)
+    status = command_output(out, "sframe status")
+    assert f"{binary.name}: LLDB's own unwinder" in status, status
+    assert "frame provider: not needed" in status, status
+
+
+REGISTERS = ["rip", "rsp", "rbp", "rbx", "r12", "r13", "r14", "r15"]
+REG_RE = re.compile(r"^\s*(\w+) = (0x[0-9a-f]+)", re.M)
+
+
+def _registers(text: str) -> dict[str, str]:
+    return dict(REG_RE.findall(text))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name,twin_name", [("realign.noeh.stripped", "realign"),
+                                            ("deep.noeh.stripped", "deep")])
+def test_caller_frame_registers(version: str, name: str, twin_name: str, tmp_path: Path) -> None:
+    """``register read`` in every caller frame: the twin's value, or unavailable
+    (SFrame does not say where rbx, r12-r15 were saved: never another frame's).
+    Both programs run as ``prog`` from directories of the same length, with the
+    same environment, so that their stacks are byte for byte alike."""
+    twin = _need(V3 / twin_name)
+    copies = {}
+    for label, source in (("twin", twin), ("noeh", _need(V3 / name))):
+        (tmp_path / label).mkdir()
+        copies[label] = tmp_path / label / "prog"
+        shutil.copy(source, copies[label])
+    commands = []
+    for n in range(1, 6):
+        commands += [f"frame select {n}", f"register read {' '.join(REGISTERS)}"]
+    stop = f"breakpoint set -a {symbol_address(twin, 'stop_here'):#x} -s prog"
+
+    def run(binary: Path, plugin: bool) -> str:
+        out = run_lldb(version, [f"target create {binary}", stop, "process launch", *commands],
+                       plugin=plugin, env=_env(tmp_path))
+        assert "Traceback" not in out
+        return out
+
+    want, got = run(copies["twin"], False), run(copies["noeh"], True)
+    cmd = f"register read {' '.join(REGISTERS)}"
+    for n in range(1, 6):
+        w = _registers(command_output(want, cmd, n - 1))
+        g = _registers(command_output(got, cmd, n - 1))
+        for reg in ("rip", "rsp"):
+            assert g.get(reg) == w.get(reg), (n, reg, g, w)
+        for reg, value in g.items():
+            assert w.get(reg) == value, f"frame {n}: {reg} = {value}, the twin says {w.get(reg)}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_up_down_finish_step_out(version: str, tmp_path: Path) -> None:
+    twin, binary = _need(V3 / "deep"), _need(V3 / "deep.noeh.stripped")
+    want = _frames(command_output(_launch(version, twin, twin, ["bt"], plugin=False), "bt"))
+    session = Session(version)
+    try:
+        for key, value in _env(tmp_path).items():
+            session.cmd(f"script import os; os.environ[{key!r}] = {value!r}")
+        session.cmd(f"target create {binary}")
+        session.cmd(break_command(binary, twin))
+        session.cmd("process launch")
+        assert [f.pc for f in _frames(session.cmd("bt"))] == [f.pc for f in want]
+        assert f"frame #1: 0x{want[1].pc:016x}" in session.cmd("up")
+        assert f"frame #2: 0x{want[2].pc:016x}" in session.cmd("up")
+        assert f"frame #1: 0x{want[1].pc:016x}" in session.cmd("down")
+        assert f"0x{want[2].pc:016x}" in session.cmd("finish")  # out of frame 1, into frame 2
+        out = session.cmd("thread step-out")
+        assert f"0x{want[3].pc:016x}" in out, out
+        rest = _frames(session.cmd("bt"))
+        assert [f.pc for f in rest] == [f.pc for f in want[3:]], rest
+    finally:
+        session.close()
+
+
+@pytest.fixture(scope="module")
+def cores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        pytest.fail("gdb (for gcore) is missing: scripts/setup.sh installs it")
+    out = tmp_path_factory.mktemp("cores")
+    made = {}
+    for name in ("deep", "deep.noeh.stripped", "threads", "threads.noeh.stripped"):
+        binary = _need(V3 / name)
+        core = out / f"{name}.core"
+        subprocess.run([gdb, "-nx", "-batch", "-ex", "run", "-ex", f"gcore {core}",
+                        "--args", str(binary), "abort"], capture_output=True, timeout=120)
+        assert core.exists(), f"gcore made no core file for {name}"
+        made[name] = core
+    return made
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("order", ["plugin-first", "core-first"])
+@pytest.mark.parametrize("program", ["deep", "threads"])
+def test_core_file(version: str, order: str, program: str, cores: dict[str, Path],
+                   tmp_path: Path) -> None:
+    twin, binary = V3 / program, V3 / f"{program}.noeh.stripped"
+    want = run_lldb(version, [f"target create {twin} --core {cores[program]}", "bt all"],
+                    plugin=False)
+    load = f"target create {binary} --core {cores[binary.name]}"
+    plugin = f"command script import {PLUGIN}"
+    commands = [plugin, load] if order == "plugin-first" else [load, plugin]
+    out = run_lldb(version, commands + ["bt all", "sframe status"], plugin=False, env=_env(tmp_path))
+    assert "Traceback" not in out
+    assert "sframe:" not in out, out
+    assert _stacks(command_output(out, "bt all")) == _stacks(command_output(want, "bt all")), out
+    assert f"{binary.name}: LLDB's own unwinder" in command_output(out, "sframe status")
+
+
+def _stacks(text: str) -> list[list[int]]:
+    return sorted([f.pc for f in parse_bt(chunk)] for chunk in text.split("thread #")[1:])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_threads_bt_all(version: str, tmp_path: Path) -> None:
+    twin, binary = _need(V3 / "threads"), _need(V3 / "threads.noeh.stripped")
+
+    def chains(path: Path, plugin: bool) -> list[list[int]]:
+        out = _launch(version, path, twin, ["bt all"], plugin=plugin, env=_env(tmp_path))
+        result = []
+        for chunk in command_output(out, "bt all").split("thread #")[1:]:
+            frames = parse_bt(chunk)
+            own = [k for k, f in enumerate(frames) if f.module == path.name]
+            assert own, frames
+            # Workers poll (usleep): compare from their own code's caller on.
+            result.append([f.pc for f in frames[own[0] + 1:]])
+        return sorted(result)
+
+    want = chains(twin, False)
+    assert len(want) == 4
+    assert chains(binary, True) == want
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("mode", ["usr1", "raise"])
+def test_through_signal_frame(version: str, mode: str, tmp_path: Path) -> None:
+    twin, binary = _need(V3 / "sig"), _need(V3 / "sig.noeh.stripped")
+    pre = ["process handle SIGUSR1 -s false -p true -n false"]
+    want = _frames(command_output(_launch(version, twin, twin, ["bt"], plugin=False,
+                                          args=mode, pre=pre), "bt"))
+    assert any(f.name == "__restore_rt" for f in want), want
+    out = _launch(version, binary, twin, ["bt"], plugin=True, args=mode, pre=pre, env=_env(tmp_path))
+    _same(_frames(command_output(out, "bt")), want, binary, twin, out)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _lldb_server(version: str) -> str:
+    text = lldb_path(version).read_text()
+    m = re.search(r'LLDB_DEBUGSERVER_PATH:-([^}"]+)', text)
+    assert m and Path(m.group(1)).exists(), f"no lldb-server in {lldb_path(version)}"
+    return m.group(1)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_gdb_remote_connected_after_import(version: str, tmp_path: Path) -> None:
+    """lldb-server gdbserver runs the program; LLDB imports the plugin first,
+    then connects (the target is made by the connection)."""
+    twin, binary = _need(V3 / "realign"), _need(V3 / "realign.noeh.stripped")
+
+    def remote_bt(path: Path, plugin: bool) -> str:
+        port = _free_port()
+        server = subprocess.Popen([_lldb_server(version), "gdbserver", f"127.0.0.1:{port}", str(path)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.5)
+            addr = symbol_address(twin, "stop_here")
+            return run_lldb(version, [f"gdb-remote 127.0.0.1:{port}",
+                                      f"breakpoint set -a {addr:#x} -s {path.name}", "continue",
+                                      "bt", "process kill"], plugin=plugin, env=_env(tmp_path))
+        finally:
+            server.kill()
+            server.wait()
+
+    _plugin_bt_equals_twin(remote_bt, binary, twin)
+
+
+def _plugin_bt_equals_twin(bt_of: Callable[[Path, bool], str], binary: Path, twin: Path) -> None:
+    """``bt_of(path, plugin)``'s transcript: the plugin on ``binary`` against LLDB alone on ``twin``."""
+    want = _frames(command_output(bt_of(twin, False), "bt"))
+    assert len(want) >= 6
+    out = bt_of(binary, True)
+    assert "Traceback" not in out
+    _same(_frames(command_output(out, "bt")), want, binary, twin, out)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_attach(version: str, tmp_path: Path) -> None:
+    """Attach to a running process (address randomisation off, so the twin's
+    addresses apply)."""
+    twin, binary = _need(V3 / "deep"), _need(V3 / "deep.noeh.stripped")
+    setarch = shutil.which("setarch")
+    if setarch is None:
+        pytest.fail("setarch (util-linux) is missing")
+
+    def attached_bt(path: Path, plugin: bool) -> str:
+        proc = subprocess.Popen([setarch, "x86_64", "-R", str(path), "sleep"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith(b"READY")
+            return run_lldb(version, [f"process attach -p {proc.pid}", "bt", "process detach"],
+                            plugin=plugin, env=_env(tmp_path))
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+
+    _plugin_bt_equals_twin(attached_bt, binary, twin)
+
+
+DLOPEN_C = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+__attribute__((noinline, used)) void stop_here(void) { __asm__ volatile(""); }
+__attribute__((noinline)) int cb(int x) { stop_here(); return x + 1; }
+int main(int argc, char **argv) {
+  void *h = dlopen(argv[1], RTLD_NOW);
+  if (!h) { puts(dlerror()); return 1; }
+  int (*lib_a)(int (*)(int), int) = (int (*)(int (*)(int), int))dlsym(h, "lib_a");
+  return lib_a(cb, argc) & 1;
+}
+"""
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_dlopen_library(version: str, tmp_path: Path) -> None:
+    """A library without .eh_frame loaded by dlopen after the first stop."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.fail("gcc is missing: scripts/setup.sh installs it")
+    src = tmp_path / "dl.c"
+    src.write_text(DLOPEN_C)
+    program = tmp_path / "dl"
+    subprocess.run([gcc, "-O2", "-o", str(program), str(src), "-ldl"], check=True)
+    libs = {}
+    for name, lib in (("twin", "libsf.so"), ("noeh", "libsf.so.noeh.stripped")):
+        d = tmp_path / name
+        d.mkdir()
+        shutil.copy(_need(V3 / lib), d / "libsf.so")
+        libs[name] = d / "libsf.so"
+
+    def bt(lib: Path, plugin: bool) -> str:
+        return run_lldb(version, [f"target create {program}", "breakpoint set -n main",
+                                  f"process launch -- {lib}", "breakpoint set -n stop_here",
+                                  "continue", "bt", "sframe status" if plugin else "bt"],
+                        plugin=plugin, env=_env(tmp_path))
+
+    want = _frames(command_output(bt(libs["twin"], False), "bt", 0))
+    assert [f.module for f in want].count("libsf.so") == 3, want
+    out = bt(libs["noeh"], True)
+    assert "Traceback" not in out
+    got = _frames(command_output(out, "bt", 0))
+    assert [f.pc for f in got] == [f.pc for f in want], out
+    assert "libsf.so: LLDB's own unwinder" in command_output(out, "sframe status")
+
+
+# -- bad input ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_corrupt_sframe_one_line(version: str, tmp_path: Path) -> None:
+    twin = _need(V3 / "deep")
+    binary = corrupt_sframe_version(_need(V3 / "deep.noeh.stripped"), tmp_path / "deep.noeh.stripped")
+    native = _frames(command_output(_launch(version, binary, twin, ["bt"], plugin=False), "bt"))
+    out = _launch(version, binary, twin, ["bt", "sframe status", "bt"], plugin=True,
+                  env=_env(tmp_path))
+    lines = re.findall(r"(?<![.\w])sframe: [^\n]*", out)
+    assert len(lines) == 1 and "deep.noeh.stripped" in lines[0], out
+    assert _frames(command_output(out, "bt", 0)) == native  # LLDB's own, untouched
+    assert "not on the native route" in command_output(out, "sframe status")
+    assert not list((tmp_path / "cache").rglob("*.debug*")) if (tmp_path / "cache").exists() else True
+
+
+@pytest.mark.parametrize("version", ["21", "23"])
+def test_unwritable_cache_dir(version: str, tmp_path: Path) -> None:
+    """The cache directory cannot be made (its parent is a file, which stops
+    root too): one line, LLDB keeps working."""
+    twin, binary = _need(V3 / "realign"), _need(V3 / "realign.noeh.stripped")
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    out = _launch(version, binary, twin, ["bt", "sframe status"], plugin=True,
+                  env={"XDG_CACHE_HOME": str(blocker / "cache")})
+    assert "Traceback" not in out
+    lines = re.findall(r"(?<![.\w])sframe: [^\n]*", out)
+    assert len(lines) == 1, out
+    assert len(_frames(command_output(out, "bt"))) >= 1
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_stripped_without_build_id(version: str, tmp_path: Path) -> None:
+    """A stripped binary without a build-id note: the symbol file is keyed by
+    the .sframe contents and the file itself, and LLDB takes it (``target
+    symbols add -s`` names the module, there is no UUID to match)."""
+    twin = _need(V3 / "realign")
+    binary = tmp_path / "realign.noeh.stripped"
+    subprocess.run(["objcopy", "--remove-section", ".note.gnu.build-id",
+                    str(_need(V3 / "realign.noeh.stripped")), str(binary)], check=True)
+    want = _frames(command_output(_launch(version, twin, twin, ["bt"], plugin=False), "bt"))
+    out = _launch(version, binary, twin, ["bt", "sframe status"], plugin=True, env=_env(tmp_path))
+    _same(_frames(command_output(out, "bt")), want, binary, twin, out)
+
+
+
+def test_stripped_symbol_file_has_function_symbols(tmp_path: Path) -> None:
+    """Without a symbol table LLDB refuses a symbol file and cannot unwind
+    frame 0: one function symbol per FDE (sframe_core/elfsyms.py)."""
+    from elftools.dwarf.callframe import FDE
+    from elftools.elf.elffile import ELFFile
+
+    from sframe_core import symfile
+    from sframe_core.elfsyms import SYMBOL_PREFIX
+    module = _need(V3 / "realign.noeh.stripped")
+    out = tmp_path / "out.debug"
+    symfile.write_symbol_file(str(module), str(out))
+    with open(out, "rb") as stream:
+        elf = ELFFile(stream)
+        fdes = [e.header for e in elf.get_dwarf_info().CFI_entries() if isinstance(e, FDE)]
+        symtab = elf.get_section_by_name(".symtab")
+        symbols = {(s["st_value"], s["st_size"]) for s in symtab.iter_symbols()
+                   if s.name.startswith(SYMBOL_PREFIX) and s["st_info"]["type"] == "STT_FUNC"}
+    ranges = {(h["initial_location"], h["address_range"]) for h in fdes}
+    text = {(start, size) for start, size in ranges if start >= 0x1040}  # .plt FDEs too
+    assert text <= symbols <= ranges
+    assert (symbol_address(_need(V3 / "realign"), "realign_fn"),
+            next(size for start, size in ranges
+                 if start == symbol_address(V3 / "realign", "realign_fn"))) in symbols
+
+
+def test_stripped_and_unstripped_twins_get_their_own_symbol_files(tmp_path: Path) -> None:
+    """Same build-id, same .sframe: the stripped file's symbol file (made-up
+    function symbols) must not be reused for the file that has its symbols."""
+    from sframe_core import symfile
+    stripped = symfile.symbol_file_for(str(_need(V3 / "deep.noeh.stripped")), cache=str(tmp_path))
+    full = symfile.symbol_file_for(str(_need(V3 / "deep.noeh")), cache=str(tmp_path))
+    assert stripped.path != full.path and not full.cached
