@@ -34,6 +34,10 @@ class Arch:
     # psABI: _start clears rbp; AAPCS64: the frame-record chain ends with
     # x29 = 0). s390x has no such rule: r11 is 0 in ordinary code too.
     fp_zero_outermost: bool = True
+    # User-space addresses are below 2**user_address_bits (amd64: 47-bit
+    # canonical lower half; aarch64: at most 52-bit VAs, PAC and tags stripped);
+    # None where the ABI gives user space the whole range (s390x).
+    user_address_bits: int | None = None
 
     def reg_name(self, regno: int) -> str:
         for number, name in self.reg_names:
@@ -64,11 +68,11 @@ _S390X_REGS = tuple((i, f"r{i}") for i in range(16)) + tuple(
 )
 
 AMD64 = Arch("amd64", 3, False, sp=7, fp=6, ra=16, ra_reg=None, sp_val_offset=0,
-             reg_names=_AMD64_REGS, elf_machines=("EM_X86_64",))
+             reg_names=_AMD64_REGS, elf_machines=("EM_X86_64",), user_address_bits=47)
 AARCH64_BE = Arch("aarch64_be", 1, True, sp=31, fp=29, ra=30, ra_reg=30, sp_val_offset=0,
-                  reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",))
+                  reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",), user_address_bits=52)
 AARCH64_LE = Arch("aarch64", 2, False, sp=31, fp=29, ra=30, ra_reg=30, sp_val_offset=0,
-                  reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",))
+                  reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",), user_address_bits=52)
 S390X = Arch("s390x", 4, True, sp=15, fp=11, ra=14, ra_reg=14, sp_val_offset=-160,
              reg_names=_S390X_REGS, elf_machines=("EM_S390",), fp_zero_outermost=False)
 

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .abi import AARCH64_LE, AMD64, Arch
+from .addresses import Region, name_stacks, regions_from_maps
 from .corefile import NT_PRSTATUS, Thread, regs_from_user_regs
 from .errors import ProcessError
 from .modules import Mapping
@@ -113,6 +114,7 @@ class Process:
     mappings: tuple[Mapping, ...]
     memory: ProcessMemory
     pac_mask: int | None = None
+    regions: tuple[Region, ...] = ()  # /proc/PID/maps, with permissions
 
 
 def _tasks(pid: int) -> list[int]:
@@ -237,9 +239,13 @@ def attach(pid: int) -> Iterator[Process]:
                     if tid == pid:
                         raise
             mappings = read_maps(pid)
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape") as maps:
+                regions = name_stacks(regions_from_maps(maps.read()),
+                                      [t.regs.get(arch.sp) for t in threads])
         except OSError as exc:
             raise ProcessError(f"process {pid}: {exc.strerror or exc} (did it exit?)") from None
-        yield Process(pid, arch, tuple(threads), tuple(mappings), ProcessMemory(fd))
+        yield Process(pid, arch, tuple(threads), tuple(mappings), ProcessMemory(fd),
+                      regions=tuple(regions))
     finally:
         if fd >= 0:
             os.close(fd)
