@@ -10,7 +10,7 @@ Two measurements, each on ``deep.noeh`` with the plugin and on its twin
 2. ``stepi`` + ``bt`` per instruction through f2 .. f4 (what a user stepping
    with a backtrace window pays), timed the same way.
 
-Usage: python bench/bench_gdb.py [--gdb PATH] [--depth N] [--repeat N]
+Usage: python -m bench.bench_gdb [--gdb PATH] [--depth N] [--repeat N] (from the checkout)
 Prints absolute times and the plugin/native ratio (target: within 1.25x).
 """
 
@@ -21,8 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from gdbtools import GDBS, Gdb, fixture, gdb_version  # noqa: E402
+from tests.helpers.gdbtools import GDBS, Gdb, fixture, gdb_version
 
 PRODUCER = "bu2.44-v2"
 

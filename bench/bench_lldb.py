@@ -1,6 +1,6 @@
 """``bt`` of a 10,000-deep recursion: the SFrame provider versus native LLDB.
 
-    .venv/bin/python bench/bench_lldb.py [--lldb 23] [--depth 10000] [--producer busid-v3]
+    .venv/bin/python -m bench.bench_lldb [--lldb 23] [--depth 10000] [--producer busid-v3]
 
 Native LLDB unwinds the twin that has ``.eh_frame``; the provider unwinds
 ``deep.noeh.stripped`` (no ``.eh_frame``, no symbols), in the same run. Each
@@ -15,9 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from lldbtools import FIXTURES, Session, break_command, parse_bt  # noqa: E402
+from tests.helpers.lldbtools import FIXTURES, Session, break_command, parse_bt
 
 
 def timed_bt(version: str, binary: Path, twin: Path, depth: int, *, plugin: bool,

@@ -12,7 +12,7 @@ addresses) in the SFrame version the installed libsframe reads:
 
 then looks up the same random PCs through ``SFrameSection.lookup`` and
 ``sframe_find_fre`` and prints absolute times and ours/libsframe ratios from
-this one run. Usage: ``python bench/bench_lookup.py [--fdes N] [--lookups N]``.
+this one run. Usage: ``python -m bench.bench_lookup [--fdes N] [--lookups N]``.
 """
 
 from __future__ import annotations
@@ -24,11 +24,8 @@ import random
 import struct
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from sframe_core.section import SFrameSection  # noqa: E402
+from sframe_core.section import SFrameSection
 
 # (start offset, base is SP, data words): a 236-byte amd64 function that pushes
 # three registers and grows a 96-byte frame (the deep fixture's func idx [4]).

@@ -7,7 +7,7 @@ core SFrame rows and ``.eh_frame`` rows in the same process, so the last two
 differ only in where the rows come from. "cold" includes opening the tables
 (a fresh module table); "warm" walks again with them loaded.
 
-    python bench/bench_unwind.py [--depth 10000] [--repeat 3] [--producer bu2.40-v1]
+    python -m bench.bench_unwind [--depth 10000] [--repeat 3] [--producer bu2.40-v1]
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from sframe_core.corefile import CoreFile, open_core  # noqa: E402
-from sframe_core.modules import ModuleTable  # noqa: E402
-from sframe_core.unwind import Frame, Stop, walk  # noqa: E402
+from sframe_core.corefile import CoreFile, open_core
+from sframe_core.modules import ModuleTable
+from sframe_core.unwind import Frame, Stop, walk
+from tests.helpers import X86
 
 
 def make_core(program: Path, depth: int, core: Path) -> None:
@@ -74,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--producer", default="bu2.40-v1",
                         help="fixture directory under tests/fixtures/x86_64")
     args = parser.parse_args(argv)
-    fixtures = ROOT / "tests" / "fixtures" / "x86_64" / args.producer
+    fixtures = X86 / args.producer
     try:
         import sframe_core.cfi  # noqa: F401
         have_cfi = True

@@ -10,19 +10,7 @@ is ``sframe_core``'s; this package only talks to LLDB.
 
 from __future__ import annotations
 
-__all__ = ["__lldb_init_module", "LLDBINIT_LINE", "lldbinit_line"]
-
-import os as _os
-
-_PACKAGE_DIR = _os.path.dirname(_os.path.abspath(__file__))
-
-
-def lldbinit_line() -> str:
-    """The line to put in ``~/.lldbinit`` to load this copy of the plugin."""
-    return f"command script import {_PACKAGE_DIR}"
-
-
-LLDBINIT_LINE = lldbinit_line()
+__all__ = ["__lldb_init_module"]
 
 
 def _error(debugger, text: str) -> None:

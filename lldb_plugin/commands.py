@@ -15,27 +15,27 @@ from collections.abc import Iterator
 
 import lldb
 
+from sframe_core.backtrace import LLDB_STYLE, thread_lines
 from sframe_core.describe import describe_row, lookup_text
 from sframe_core.errors import SFrameError
 from sframe_core.unwind import Frame, Stop, StopReason, walk
+from sframe_core.version import __version__
 
-from .target import INVALID, ProcessMemory, TargetInfo, info_for, innermost
+from .target import INVALID, TargetInfo, info_for, innermost, process_memory
 
 __all__ = ["SFrameCommand", "backtrace_lines", "describe_pc"]
 
-NORMAL_ENDS = (StopReason.OUTERMOST, StopReason.RA_ZERO, StopReason.NO_INFO)
 
-
-class UsageError(Exception):
-    pass
+class CommandError(Exception):
+    """The command cannot run (bad arguments, no target): its message is the error."""
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{message}\n{self.format_usage().rstrip()}")
+        raise CommandError(f"{message}\n{self.format_usage().rstrip()}")
 
     def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
-        raise UsageError(message or "")
+        raise CommandError(message or "")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -104,7 +104,7 @@ def walk_thread(thread: lldb.SBThread, info: TargetInfo) -> Iterator[Frame | Sto
     if start is None:
         yield Stop(StopReason.REGISTER_UNKNOWN, "no frame 0")
         return
-    yield from walk(start, info.table, ProcessMemory(thread.GetProcess()), info.arch)
+    yield from walk(start, info.table, process_memory(thread.GetProcess()), info.arch)
 
 
 def _thread_header(thread: lldb.SBThread, selected: bool) -> str:
@@ -119,26 +119,19 @@ def _thread_header(thread: lldb.SBThread, selected: bool) -> str:
 
 def backtrace_lines(thread: lldb.SBThread, target: lldb.SBTarget, info: TargetInfo, *,
                     count: int | None, selected: bool) -> list[str]:
-    lines = [_thread_header(thread, selected)]
-    n = 0
+    wheres: list[str] = []
     stop: Stop | None = None
     for item in walk_thread(thread, info):
         if isinstance(item, Stop):
             stop = item
             break
-        if count is not None and n >= count:
+        if count is not None and len(wheres) >= count:
             break
-        marker = "*" if n == 0 else " "
         # A return address is resolved at pc - 1; an interrupted pc, and the
         # start of a signal trampoline (its FDE starts a byte early), at pc.
         caller = not item.interrupted and not (item.row is not None and item.row.signal)
-        lines.append(f"  {marker} frame #{n}: {describe_pc(target, item.pc, caller=caller)}")
-        n += 1
-    if stop is not None and stop.reason not in NORMAL_ENDS:
-        lines.append(f"    (backtrace ends: {stop})")
-    elif stop is not None and n == 0:
-        lines.append(f"    (no frames: {stop})")
-    return lines
+        wheres.append(describe_pc(target, item.pc, caller=caller))
+    return list(thread_lines(_thread_header(thread, selected), wheres, stop, LLDB_STYLE))
 
 
 # -- info / lookup -------------------------------------------------------------
@@ -184,13 +177,13 @@ def _parse_address(text: str, target: lldb.SBTarget) -> int:
         value = frame.FindRegister(text[1:])
         if value.IsValid() and value.GetValue() is not None:
             return value.GetValueAsUnsigned()
-        raise UsageError(f"no register {text[1:]!r} in the selected frame")
+        raise CommandError(f"no register {text[1:]!r} in the selected frame")
     symbols = target.FindSymbols(text)
     for i in range(symbols.GetSize()):
         address = symbols.GetContextAtIndex(i).GetSymbol().GetStartAddress().GetLoadAddress(target)
         if address != INVALID:
             return address
-    raise UsageError(f"not an address or a loaded symbol: {text!r}")
+    raise CommandError(f"not an address or a loaded symbol: {text!r}")
 
 
 def lookup_lines(info: TargetInfo, target: lldb.SBTarget, pc: int) -> list[str]:
@@ -241,7 +234,7 @@ class SFrameCommand:
                  exe_ctx: lldb.SBExecutionContext, result: lldb.SBCommandReturnObject) -> None:
         try:
             self._run(debugger, command, exe_ctx, result)
-        except UsageError as exc:
+        except CommandError as exc:
             result.SetError(str(exc).strip() or self.parser.format_usage().strip())
         except SFrameError as exc:
             result.SetError(f"sframe: {exc}")
@@ -253,7 +246,7 @@ class SFrameCommand:
         try:
             argv = shlex.split(command)
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise CommandError(str(exc)) from None
         if not argv:
             result.AppendMessage(self.parser.format_help().rstrip())
             return
@@ -265,17 +258,17 @@ class SFrameCommand:
         from . import registry
         if args.cmd == "enable":
             if not registry.supported():
-                raise UsageError("this LLDB has no scripted frame providers: use 'sframe bt'")
+                raise CommandError("this LLDB has no scripted frame providers: use 'sframe bt'")
             if not target.IsValid():
-                raise UsageError("no target")
+                raise CommandError("no target")
             registry.register(target)
             result.AppendMessage(registry.status(debugger, target))
             return
         if args.cmd == "status":
-            result.AppendMessage(registry.status(debugger, target))
+            result.AppendMessage(f"sframe-gdb {__version__}\n{registry.status(debugger, target)}")
             return
         if not target.IsValid():
-            raise UsageError("no target")
+            raise CommandError("no target")
         info = info_for(target)
         if args.cmd == "info":
             result.AppendMessage("\n".join(info_lines(info)))
@@ -287,7 +280,7 @@ class SFrameCommand:
         # bt
         process = target.GetProcess()
         if not process.IsValid() or not process.GetNumThreads():
-            raise UsageError("no process: run the program or load a core first")
+            raise CommandError("no process: run the program or load a core first")
         selected = process.GetSelectedThread()
         threads = list(process) if (args.all or args.all_word) else [selected]
         out: list[str] = []

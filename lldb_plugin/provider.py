@@ -22,21 +22,18 @@ import lldb
 from lldb.plugins.scripted_frame_provider import ScriptedFrameProvider
 
 from sframe_core.abi import Arch
-from sframe_core.unwind import MAX_FRAMES, Frame, Stop, StopReason, walk
+from sframe_core.unwind import MAX_FRAMES, NORMAL_ENDS, OUTERMOST_ENDS, Frame, Stop, walk
 
-from . import state
-from .target import INVALID, ProcessMemory, frame_registers, info_for, target_key, warn_once
+from . import registry
+from .target import INVALID, frame_registers, info_for, process_memory, target_key, warn_once
 
-__all__ = ["SFrameFrameProvider", "CLASS_NAME", "NORMAL_ENDS"]
+__all__ = ["SFrameFrameProvider", "CLASS_NAME"]
 
 CLASS_NAME = f"{__name__}.SFrameFrameProvider"
 # (target, thread id) -> the frames of a core file's thread (``precompute``).
 _precomputed: dict[tuple[object, int], tuple[int | dict[str, int], ...]] = {}
 DESCRIPTION = "SFrame unwinder (sframe-gdb): frames where .eh_frame is missing"
 
-# Ends of a walk that are not worth a message: the stack really ends there,
-# or nothing describes the code (the native unwinder would not do better).
-NORMAL_ENDS = (StopReason.OUTERMOST, StopReason.RA_ZERO, StopReason.NO_INFO)
 # How many of LLDB's input frames above the take-over point are read (before
 # any frame is returned) to find the frame where the core's walk stopped.
 RESYNC_SEARCH = 256
@@ -44,6 +41,7 @@ RESYNC_SEARCH = 256
 
 class SFrameFrameProvider(ScriptedFrameProvider):
     instances = 0  # how many were made: tells whether a registration took effect
+
     @staticmethod
     def get_description() -> str:
         return DESCRIPTION
@@ -96,7 +94,7 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         self.target = target
         self.args = None
         frames = []
-        hooked, state.in_stop_hook = state.in_stop_hook, False  # no provider runs yet
+        hooked, registry.in_stop_hook = registry.in_stop_hook, False  # no provider runs yet
         try:
             for index in range(MAX_FRAMES):
                 frame = self._frame_at(index)
@@ -104,7 +102,7 @@ class SFrameFrameProvider(ScriptedFrameProvider):
                     break
                 frames.append(frame)
         finally:
-            state.in_stop_hook = hooked
+            registry.in_stop_hook = hooked
         _precomputed[(target_key(target), thread.GetThreadID())] = tuple(frames)
         return [thread.GetFrameAtIndex(f).GetPC() if isinstance(f, int) else f["pc"]
                 for f in frames]
@@ -167,7 +165,7 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         # computed on LLDB's event thread (the SB call looks its frame up in
         # the frame list being built, whose lock LLDB holds while it calls the
         # provider). Memory reads (SBProcess) are safe later.
-        if state.in_stop_hook:
+        if registry.in_stop_hook:
             yield from range(len(self._scan(0, None)))
             return
         info = info_for(self.target)
@@ -208,7 +206,7 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         inputs += self._scan(i + 1, RESYNC_SEARCH)
         yield from range(i + 1)
         self._took_over = True
-        memory = ProcessMemory(self.process)
+        memory = process_memory(self.process)
         idx = i + 1
         last = start  # the frame the walk is at
         pending: dict[str, int] | None = None  # ``last`` as a provided frame, not yet returned
@@ -226,7 +224,7 @@ class SFrameFrameProvider(ScriptedFrameProvider):
                 idx += 1
             pending = {"idx": idx, "pc": item.pc}
             last = item
-        if stop is None or stop.reason in (StopReason.OUTERMOST, StopReason.RA_ZERO):
+        if stop is None or stop.reason in OUTERMOST_ENDS:
             if pending is not None:
                 yield pending
             return

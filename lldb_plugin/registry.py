@@ -20,7 +20,6 @@ import importlib
 
 import lldb
 
-from . import state as provider_state
 from .target import target_key, warn, warn_once
 
 __all__ = ["supported", "register", "install", "status", "StopHook"]
@@ -29,6 +28,9 @@ __all__ = ["supported", "register", "install", "status", "StopHook"]
 _ids: dict[object, int] = {}
 _hooked: set[object] = set()
 _said_unsupported = False
+# True while StopHook registers a provider: LLDB 23 runs the provider at
+# once, inside the hook, where it must not read input frames' registers.
+in_stop_hook = False
 
 
 def supported() -> bool:
@@ -169,16 +171,17 @@ class StopHook:
         pass
 
     def handle_stop(self, exe_ctx: lldb.SBExecutionContext, stream: lldb.SBStream) -> bool:
+        global in_stop_hook
         try:
             target = exe_ctx.GetTarget()
             if target.IsValid() and target_key(target) not in _ids:
                 # LLDB 23 runs the new provider at once, inside this hook, where
                 # reading an input frame's registers can hang: pass through then.
-                provider_state.in_stop_hook = True
+                in_stop_hook = True
                 try:
                     register(target)
                 finally:
-                    provider_state.in_stop_hook = False
+                    in_stop_hook = False
         except Exception as exc:  # noqa: BLE001
             warn(f"stop-hook: {type(exc).__name__}: {exc}")
         return True

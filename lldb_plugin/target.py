@@ -21,7 +21,7 @@ from sframe_core.memory import PageCache
 from sframe_core.modules import Module, ModuleTable
 from sframe_core.unwind import Frame
 
-__all__ = ["TargetInfo", "ProcessMemory", "target_key", "info_for", "frame_registers",
+__all__ = ["TargetInfo", "process_memory", "target_key", "info_for", "frame_registers",
            "warn_once", "warn", "arch_for_triple", "INVALID"]
 
 INVALID = getattr(lldb, "LLDB_INVALID_ADDRESS", 0xFFFF_FFFF_FFFF_FFFF)
@@ -65,7 +65,7 @@ def arch_for_triple(triple: str) -> Arch | None:
     return None
 
 
-def ProcessMemory(process: lldb.SBProcess) -> PageCache:  # noqa: N802 - reads as the Memory it makes
+def process_memory(process: lldb.SBProcess) -> PageCache:
     """``Memory`` over ``SBProcess.ReadMemory``, a page at a time, for one walk."""
 
     def read(address: int, size: int) -> bytes | None:

@@ -13,7 +13,9 @@ mkdir -p "$build"
 gcc -O2 -fomit-frame-pointer -Wa,--gsframe examples/demo.c -o "$build/demo"
 objcopy --remove-section=.eh_frame --remove-section=.eh_frame_hdr "$build/demo" "$build/demo.noeh"
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bold headings on a terminal only: piped or saved output stays plain text.
+if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
+say() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
 gdb_bt() {
     gdb -nx -q -batch -ex 'set style enabled off' -ex 'set pagination off' \
         "$@" -ex 'break stop_here' -ex 'run' -ex 'bt' "$build/demo.noeh" 2>&1 \

@@ -7,7 +7,7 @@ cd "$repo"
 bash scripts/setup.sh
 # Debugger tests fail instead of skipping when a debugger is missing.
 export SFRAME_REQUIRE_DEBUGGERS=1
-.venv/bin/ruff check sframe_core sframe_gdb.py lldb_plugin tests bench
-.venv/bin/mypy sframe_core
+.venv/bin/ruff check sframe_core sframe_gdb.py gdb_plugin lldb_plugin tests bench
+.venv/bin/mypy  # sframe_core, gdb_plugin, lldb_plugin, sframe_gdb.py: see pyproject.toml
 # pytest exits 5 when it collected no test: that is a failure here too.
 .venv/bin/python -m pytest -ra -p no:cacheprovider "$@"

@@ -1,12 +1,12 @@
 """sframe_core: decode SFrame stack-trace sections and unwind with them.
 
 The shared core of sframe-gdb. It never imports gdb or lldb: the adapters
-(``sframe_gdb.py``, ``lldb_plugin``) give it registers and memory, and it
+(``gdb_plugin``, ``lldb_plugin``) give it registers and memory, and it
 gives back caller frames.
 """
 
 from .errors import FileError, FormatError, SFrameError
 from .section import Lookup, SFrameSection
 
-__all__ = ["SFrameError", "FormatError", "FileError", "SFrameSection", "Lookup"]
-__version__ = "0.1.0"
+__all__ = ["SFrameError", "FormatError", "FileError", "SFrameSection", "Lookup", "__version__"]
+from .version import __version__

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Arch", "AMD64", "AARCH64_LE", "AARCH64_BE", "S390X", "arch_for_abi", "ARCHES"]
+__all__ = ["Arch", "AMD64", "AARCH64_LE", "AARCH64_BE", "S390X", "arch_for_abi", "arch_for_machine",
+           "ARCHES"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,10 @@ class Arch:
     # canonical lower half; aarch64: at most 52-bit VAs, PAC and tags stripped);
     # None where the ABI gives user space the whole range (s390x).
     user_address_bits: int | None = None
+    # The first instructions of the Linux rt_sigreturn trampoline, as GDB's
+    # sigtramp sniffers match them (amd64-linux-tdep.c, aarch64-linux-tdep.c);
+    # empty where none is known.
+    sigreturn: bytes = b""
 
     def reg_name(self, regno: int) -> str:
         for number, name in self.reg_names:
@@ -67,12 +72,19 @@ _S390X_REGS = tuple((i, f"r{i}") for i in range(16)) + tuple(
     (16 + i, f"f{n}") for i, n in enumerate((0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15))
 )
 
+_AMD64_SIGRETURN = b"\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05"  # mov $15,%rax; syscall
+# mov x8,#139; svc #0 (instructions are little-endian on aarch64_be too)
+_AARCH64_SIGRETURN = b"\x68\x11\x80\xd2\x01\x00\x00\xd4"
+
 AMD64 = Arch("amd64", 3, False, sp=7, fp=6, ra=16, ra_reg=None, sp_val_offset=0,
-             reg_names=_AMD64_REGS, elf_machines=("EM_X86_64",), user_address_bits=47)
+             reg_names=_AMD64_REGS, elf_machines=("EM_X86_64",), sigreturn=_AMD64_SIGRETURN,
+             user_address_bits=47)
 AARCH64_BE = Arch("aarch64_be", 1, True, sp=31, fp=29, ra=30, ra_reg=30, sp_val_offset=0,
-                  reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",), user_address_bits=52)
+                  reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",),
+                  sigreturn=_AARCH64_SIGRETURN, user_address_bits=52)
 AARCH64_LE = Arch("aarch64", 2, False, sp=31, fp=29, ra=30, ra_reg=30, sp_val_offset=0,
-                  reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",), user_address_bits=52)
+                  reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",),
+                  sigreturn=_AARCH64_SIGRETURN, user_address_bits=52)
 S390X = Arch("s390x", 4, True, sp=15, fp=11, ra=14, ra_reg=14, sp_val_offset=-160,
              reg_names=_S390X_REGS, elf_machines=("EM_S390",), fp_zero_outermost=False)
 
@@ -82,5 +94,14 @@ ARCHES = (AARCH64_BE, AARCH64_LE, AMD64, S390X)
 def arch_for_abi(abi_id: int) -> Arch | None:
     for arch in ARCHES:
         if arch.abi_id == abi_id:
+            return arch
+    return None
+
+
+def arch_for_machine(machine: str, big_endian: bool) -> Arch | None:
+    """The ABI of an ELF file: its ``e_machine`` (pyelftools' name for it,
+    ``Arch.elf_machines``) and byte order."""
+    for arch in ARCHES:
+        if machine in arch.elf_machines and arch.big_endian == big_endian:
             return arch
     return None

@@ -1,10 +1,11 @@
 """Whole-process backtraces: walk every thread, name the frames, print them.
 
-Shared by ``sframe backtrace`` (cores and live processes) and the LLDB
-``sframe bt`` command: a *target* is anything with an ``arch``, ``threads``,
-``mappings``, ``memory`` and ``pac_mask`` (``corefile.CoreFile``,
-``ptrace.Process``). Walking is ``unwind.walk``; this module only adds names
-and words, so the step function stays the one place with unwinding rules.
+Used by ``sframe backtrace`` (cores and live processes): a *target* is
+anything with an ``arch``, ``threads``, ``mappings``, ``memory`` and
+``pac_mask`` (``corefile.CoreFile``, ``ptrace.Process``). Walking is
+``unwind.walk``; this module only adds names and words, so the step function
+stays the one place with unwinding rules. Its formatter, ``thread_lines``,
+also prints the LLDB ``sframe bt`` command (in LLDB's style, ``LLDB_STYLE``).
 
 Text format (documented in docs/backtrace.md), one block per thread::
 
@@ -29,11 +30,12 @@ from .addresses import AddressMap, Region
 from .errors import SFrameError
 from .modules import SOURCES, Mapping, Module, ModuleTable
 from .symbols import Symbolizer
-from .unwind import DEFAULT_PAC_MASK, MAX_FRAMES, Frame, Memory, Stop, StopReason, walk
+from .unwind import DEFAULT_PAC_MASK, MAX_FRAMES, NORMAL_ENDS, Frame, Memory, Stop, StopReason, walk
 
 __all__ = [
     "Target", "FrameLine", "ThreadTrace", "trace_thread", "trace_target", "text_lines",
-    "to_json", "describe_stop", "explain_stop", "configure", "run", "parse_sources",
+    "to_json", "describe_stop", "explain_stop", "configure", "run", "parse_sources", "Style",
+    "GDB_STYLE", "LLDB_STYLE", "thread_lines",
 ]
 
 
@@ -167,15 +169,54 @@ def describe_stop(stop: Stop) -> str:
     return str(stop)
 
 
+@dataclass(frozen=True, slots=True)
+class Style:
+    """How one debugger prints a thread's backtrace.
+
+    ``frame`` formats a frame line from ``index``, ``marker`` (``*`` on frame
+    0) and ``where``; ``stopped`` the line saying why the walk ended, printed
+    unless the reason is one of ``quiet_ends``; ``no_frames`` that line when
+    a quiet end left no frame at all.
+    """
+
+    frame: str
+    stopped: str
+    quiet_ends: frozenset[StopReason] = frozenset()
+    no_frames: str = ""
+
+
+# gdb's ``thread apply all bt`` look (``sframe backtrace``): every end is said.
+GDB_STYLE = Style("#{index:<2} {where}", "Backtrace stopped: {reason}")
+# LLDB's ``bt`` look (``sframe bt``): only an end that is not normal is said.
+LLDB_STYLE = Style("  {marker} frame #{index}: {where}", "    (backtrace ends: {reason})",
+                   NORMAL_ENDS, "    (no frames: {reason})")
+
+
+def thread_lines(header: str, wheres: Iterable[str], stop: Stop | None, style: Style
+                 ) -> Iterator[str]:
+    """One thread's backtrace: ``header``, a line per frame (``wheres``
+    describe them, innermost first), then the end (none when ``stop`` is None:
+    the walk was cut short on purpose)."""
+    yield header
+    count = 0
+    for count, where in enumerate(wheres, 1):
+        yield style.frame.format(index=count - 1, marker="*" if count == 1 else " ", where=where)
+    if stop is None:
+        return
+    if stop.reason not in style.quiet_ends:
+        yield style.stopped.format(reason=describe_stop(stop))
+    elif count == 0:
+        yield style.no_frames.format(reason=describe_stop(stop))
+
+
 def text_lines(traces: Iterable[ThreadTrace]) -> Iterator[str]:
     """gdb's ``thread apply all bt`` look, with ``func+OFF`` and the stop reason."""
     for number, trace in enumerate(traces, 1):
         if number > 1:
             yield ""
-        yield f"Thread {number} (LWP {trace.lwp}):"
-        for frame in trace.frames:
-            yield f"#{frame.index:<2} 0x{frame.pc:016x} in {_where(frame)}"
-        yield f"Backtrace stopped: {describe_stop(trace.stop)}"
+        yield from thread_lines(f"Thread {number} (LWP {trace.lwp}):",
+                                (f"0x{f.pc:016x} in {_where(f)}" for f in trace.frames),
+                                trace.stop, GDB_STYLE)
 
 
 def to_json(traces: Iterable[ThreadTrace], warnings: Sequence[str] = ()) -> dict[str, Any]:

@@ -30,8 +30,8 @@ from collections.abc import Iterable, Sequence
 from io import BytesIO
 from typing import Any, NamedTuple
 
-from .abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
-from .errors import FileError, FormatError
+from .abi import AARCH64_BE, AARCH64_LE, Arch, arch_for_machine
+from .errors import FileError, FormatError, foreign_errors, reading_elf
 from .rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
 
 __all__ = [
@@ -488,17 +488,6 @@ def _row(state: _State, start: int, end: int, func_start: int, cie: CIEInfo, arc
 
 # -- Tables from ELF files -----------------------------------------------------
 
-def arch_for_machine(machine: str, big_endian: bool) -> Arch | None:
-    """The ABI of an ELF ``e_machine`` (pyelftools' name for it)."""
-    if machine == "EM_X86_64":
-        return AMD64
-    if machine == "EM_AARCH64":
-        return AARCH64_BE if big_endian else AARCH64_LE
-    if machine == "EM_S390":
-        return S390X
-    return None
-
-
 class _FDERef(NamedTuple):
     start: int  # file address
     end: int
@@ -509,15 +498,6 @@ class _FDERef(NamedTuple):
 class _Index(NamedTuple):
     starts: list[int]
     fdes: list[_FDERef]
-
-
-def _pyelftools_errors() -> tuple[type[BaseException], ...]:
-    from elftools.common.exceptions import DWARFError, ELFError
-
-    # pyelftools asserts on encodings it does not handle and lets ValueError
-    # out of its opcode enum: all of them mean "this CFI is not readable".
-    return (ELFError, DWARFError, AssertionError, struct.error, ValueError, KeyError,
-            IndexError, TypeError)
 
 
 class CFITable:
@@ -547,8 +527,8 @@ class CFITable:
         else:
             self._path = None
             self._elf = source
-        self.name = name or self._path or getattr(getattr(source, "stream", None), "name",
-                                                  "<elf>")
+        self.name = str(name or self._path or getattr(getattr(source, "stream", None), "name",
+                                                      "<elf>"))
         self.bias = bias
         self._arch: Arch | None = None
         self._index: _Index | None = None
@@ -573,19 +553,15 @@ class CFITable:
         assert self._path is not None
         from elftools.elf.elffile import ELFFile
 
-        try:
-            with open(self._path, "rb") as stream:
-                if stream.read(4) != b"\x7fELF":
-                    raise FileError(f"{self.name}: not an ELF file")
-                stream.seek(0)
-                self._index = self._read(ELFFile(stream))
-        except OSError as exc:
-            raise FileError(f"{self.name}: {exc.strerror or exc}") from None
+        with reading_elf(self.name), open(self._path, "rb") as stream:
+            if stream.read(4) != b"\x7fELF":
+                raise FileError(f"{self.name}: not an ELF file")
+            stream.seek(0)
+            self._index = self._read(ELFFile(stream))
         return self._index
 
     def _read(self, elf: Any) -> _Index:
-        errors = _pyelftools_errors()
-        try:
+        with reading_elf(self.name):
             arch = arch_for_machine(elf["e_machine"], not elf.little_endian)
             if arch is None:
                 raise FileError(f"{self.name}: no unwinding ABI for {elf['e_machine']}")
@@ -599,10 +575,8 @@ class CFITable:
                     continue
                 try:
                     refs.extend(self._read_section(elf, section, source))
-                except errors as exc:
+                except foreign_errors() as exc:
                     raise FormatError(f"{self.name}: {section_name}: {exc}") from None
-        except errors as exc:
-            raise FileError(f"{self.name}: malformed ELF file: {exc}") from None
         # eh_frame first among equal starts, so the search below meets it first.
         refs.sort(key=lambda ref: (ref.start, ref.source != "eh_frame"))
         return _Index([ref.start for ref in refs], refs)
@@ -719,5 +693,5 @@ class CFITable:
                            source=ref.source)
         except FormatError as exc:
             raise FormatError(f"{where}: {exc}") from None
-        except _pyelftools_errors() as exc:
+        except foreign_errors() as exc:
             raise FormatError(f"{where}: {exc}") from None

@@ -23,6 +23,7 @@ from .dump import dump_json, dump_lines, fde_json, fre_json
 from .elf import read_elf
 from .errors import FileError, SFrameError
 from .section import SFrameSection
+from .version import __version__
 
 __all__ = ["main", "command", "COMMANDS", "CommandFailed", "parse_address", "open_input"]
 
@@ -230,12 +231,12 @@ def _configure_lldbinit(parser: argparse.ArgumentParser) -> None:
 
 @command("lldbinit", "print the ~/.lldbinit line that loads the LLDB plugin", _configure_lldbinit)
 def run_lldbinit(args: argparse.Namespace) -> int:
-    try:
-        from lldb_plugin import lldbinit_line
-    except ImportError as exc:
-        raise CommandFailed(f"the lldb_plugin package is not installed beside sframe_core: {exc}"
-                            ) from None
-    sys.stdout.write(lldbinit_line() + "\n")
+    """``lldb_plugin`` sits beside the ``sframe_core`` package, like ``sframe_gdb.py``."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    plugin = os.path.join(here, "lldb_plugin")
+    if not os.path.isfile(os.path.join(plugin, "__init__.py")):
+        raise CommandFailed(f"{plugin}: not found (is sframe-gdb installed with its LLDB plugin?)")
+    sys.stdout.write(f"command script import {plugin}\n")
     return 0
 
 
@@ -244,6 +245,7 @@ def run_lldbinit(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Inspect SFrame (.sframe) sections.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s (sframe-gdb) {__version__}")
     parser.add_argument("--traceback", action="store_true", help=argparse.SUPPRESS)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for cmd in COMMANDS:

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from .abi import AARCH64_BE, AARCH64_LE, AMD64, Arch
+from .abi import AARCH64_BE, AARCH64_LE, AMD64, Arch, arch_for_machine
 from .addresses import Region, name_stacks
-from .errors import FileError
+from .errors import FileError, reading_elf
 from .modules import Mapping
 
 __all__ = [
@@ -93,12 +93,10 @@ class Segment:
 
 
 def arch_for_elf(machine: str, big_endian: bool) -> Arch | None:
-    """The unwinding ABI of a core's ``e_machine`` (cores and processes we can read)."""
-    if machine == "EM_X86_64":
-        return AMD64
-    if machine == "EM_AARCH64":
-        return AARCH64_BE if big_endian else AARCH64_LE
-    return None
+    """The unwinding ABI of a core's ``e_machine``, where we know the layout
+    of its registers (``regs_from_user_regs``)."""
+    arch = arch_for_machine(machine, big_endian)
+    return arch if arch in (AMD64, AARCH64_LE, AARCH64_BE) else None
 
 
 def regs_from_user_regs(arch: Arch, data: bytes) -> tuple[int, dict[int, int]]:
@@ -311,16 +309,11 @@ def _exe_mappings(exe: str, entry: int, mappings: list[Mapping]) -> list[Mapping
                 for m in mappings]
     from elftools.elf.elffile import ELFFile
 
-    try:
-        with open(exe, "rb") as stream:
-            elf = ELFFile(stream)
-            bias = entry - elf["e_entry"]
-            loads = [(s["p_vaddr"], s["p_memsz"], s["p_offset"]) for s in elf.iter_segments()
-                     if s["p_type"] == "PT_LOAD"]
-    except OSError as exc:
-        raise FileError(f"{exe}: {exc.strerror or exc}") from None
-    except Exception as exc:  # noqa: BLE001 - pyelftools raises many kinds
-        raise FileError(f"{exe}: not a usable ELF file: {exc}") from None
+    with reading_elf(exe, "not a usable ELF file"), open(exe, "rb") as stream:
+        elf = ELFFile(stream)
+        bias = entry - elf["e_entry"]
+        loads = [(s["p_vaddr"], s["p_memsz"], s["p_offset"]) for s in elf.iter_segments()
+                 if s["p_type"] == "PT_LOAD"]
     made = [Mapping(bias + vaddr, bias + vaddr + memsz, offset, exe)
             for vaddr, memsz, offset in loads]
     return sorted(mappings + made, key=lambda m: m.start)
@@ -332,7 +325,6 @@ def open_core(path: str, *, exe: str | None = None, sysroot: str | None = None) 
     :raises FileError: the file is missing, not an ELF core, or its notes are
         truncated or for an unsupported machine; the message names the file.
     """
-    from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
     try:
@@ -343,7 +335,7 @@ def open_core(path: str, *, exe: str | None = None, sysroot: str | None = None) 
         if stream.read(4) != b"\x7fELF":
             raise FileError(f"{path}: not an ELF file")
         stream.seek(0)
-        try:
+        with reading_elf(path, "malformed ELF core"):
             elf = ELFFile(stream)
             if elf["e_type"] != "ET_CORE":
                 raise FileError(f"{path}: not a core file (ELF type {elf['e_type']})")
@@ -367,8 +359,6 @@ def open_core(path: str, *, exe: str | None = None, sysroot: str | None = None) 
                         raise FileError(f"{path}: the notes are truncated (file is {size} bytes)")
                     stream.seek(seg["p_offset"])
                     notes.append(stream.read(seg["p_filesz"]))
-        except (ELFError, struct.error, ValueError, KeyError) as exc:
-            raise FileError(f"{path}: malformed ELF core: {exc}") from None
         if not notes:
             raise FileError(f"{path}: no notes (PT_NOTE) in the core")
         threads: list[Thread] = []

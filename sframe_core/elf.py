@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .errors import FileError, FormatError
+from .errors import FileError, FormatError, reading_elf
 from .format import HEADER_SIZE, parse_header
 from .section import SFrameSection
 
@@ -129,23 +129,15 @@ def read_elf(path: str | os.PathLike[str]) -> ElfSFrame:
 
     :raises FileError: the file is missing, unreadable or not ELF.
     """
-    from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
     name = os.fspath(path)
-    try:
-        with open(name, "rb") as stream:
-            if stream.read(4) != b"\x7fELF":
-                raise FileError(f"{name}: not an ELF file")
-            stream.seek(0)
-            elf = ELFFile(stream)
-            return _read(elf, name)
-    except FileError:
-        raise
-    except OSError as exc:
-        raise FileError(f"{name}: {exc.strerror or exc}") from None
-    except (ELFError, struct.error, ValueError, KeyError, IndexError) as exc:
-        raise FileError(f"{name}: malformed ELF file: {exc}") from None
+    with reading_elf(name), open(name, "rb") as stream:
+        if stream.read(4) != b"\x7fELF":
+            raise FileError(f"{name}: not an ELF file")
+        stream.seek(0)
+        elf = ELFFile(stream)
+        return _read(elf, name)
 
 
 def _read(elf: Any, name: str) -> ElfSFrame:

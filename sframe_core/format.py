@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from .abi import arch_for_abi
 from .errors import FormatError
 
 __all__ = [
@@ -212,9 +213,10 @@ def parse_header(data: bytes | memoryview) -> Header:
     if hdr.flags & ~_VALID_FLAGS[hdr.version]:
         raise FormatError(f"flags {hdr.flags:#x} not valid for SFrame version {hdr.version} "
                           f"(valid: {_VALID_FLAGS[hdr.version]:#x})", 3)
-    if hdr.abi_arch not in (1, 2, 3, 4):
+    arch = arch_for_abi(hdr.abi_arch)
+    if arch is None:
         raise FormatError(f"unknown ABI/arch {hdr.abi_arch}", 4)
-    if (hdr.abi_arch in (1, 4)) != big:
+    if arch.big_endian != big:
         order = "big" if big else "little"
         raise FormatError(f"ABI/arch {hdr.abi_arch} does not match the {order}-endian magic", 4)
     if hdr.fdeoff > hdr.freoff:

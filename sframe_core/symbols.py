@@ -16,6 +16,8 @@ import os
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from .errors import FileError, reading_elf
+
 __all__ = ["Symbol", "SymbolTable", "Symbolizer", "DEBUG_ROOTS"]
 
 DEBUG_ROOTS = ("/usr/lib/debug",)
@@ -73,7 +75,7 @@ class SymbolTable:
 
         raw: list[tuple[int, int, int, str]] = []
         try:
-            with open(path, "rb") as stream:
+            with reading_elf(path), open(path, "rb") as stream:
                 elf = ELFFile(stream)
                 raw, has_symtab = _read_symbols(elf)
                 build_id = None if has_symtab else _build_id(elf)
@@ -81,11 +83,11 @@ class SymbolTable:
                 for root in debug_roots:
                     debug = os.path.join(root, ".build-id", build_id[:2], build_id[2:] + ".debug")
                     if os.path.exists(debug):
-                        with open(debug, "rb") as stream:
+                        with reading_elf(debug), open(debug, "rb") as stream:
                             raw += _read_symbols(ELFFile(stream))[0]
                         break
-        except Exception:  # noqa: BLE001 - symbols are decoration; a bad file just has none
-            pass
+        except FileError:
+            pass  # symbols are decoration: a bad file just has none
         best: dict[tuple[int, int], tuple[int, str]] = {}
         for start, size, rank, name in raw:
             key = (start, size)

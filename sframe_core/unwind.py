@@ -10,6 +10,7 @@ backtrace.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
@@ -21,7 +22,7 @@ from .rows import Row, Rule, RuleKind
 
 __all__ = [
     "Memory", "RowSource", "Frame", "StopReason", "Stop", "Step", "step", "step_with_row",
-    "caller_registers", "stop_without_row", "walk",
+    "caller_registers", "stop_without_row", "walk", "Caller", "NORMAL_ENDS", "OUTERMOST_ENDS",
     "DEFAULT_PAC_MASK", "MAX_FRAMES", "strip_pac",
 ]
 
@@ -87,12 +88,32 @@ class StopReason(enum.Enum):
     ERROR = "the unwind information is corrupt"
 
 
+# The stack really ends here (nothing is wrong with it).
+OUTERMOST_ENDS = frozenset((StopReason.OUTERMOST, StopReason.RA_ZERO))
+# The normal ends of a walk: the outermost frame, or a PC no unwind
+# information covers (a debugger's own unwinders may know more); every other
+# reason says the stack or its unwind information looks corrupt.
+NORMAL_ENDS = OUTERMOST_ENDS | {StopReason.NO_INFO}
+
+
 class Stop(NamedTuple):
     reason: StopReason
     detail: str = ""
 
     def __str__(self) -> str:
         return f"{self.reason.value}: {self.detail}" if self.detail else self.reason.value
+
+
+class Caller(NamedTuple):
+    """``caller_registers``' answer when there is a caller."""
+
+    cfa: int
+    pc: int
+    regs: dict[int, int]
+
+
+# Builds a Caller without NamedTuple.__new__'s Python-level call: one per frame.
+_caller = functools.partial(tuple.__new__, Caller)
 
 
 class Step(NamedTuple):
@@ -150,7 +171,7 @@ def step(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,
     """Compute the caller of ``frame``, or say why there is none."""
     try:
         row = rows.row_at(frame.lookup_pc)
-    except Exception as exc:  # noqa: BLE001 - a decoder error ends this walk, with its text
+    except Exception as exc:
         from .errors import SFrameError
         if isinstance(exc, SFrameError):
             return Stop(StopReason.ERROR, str(exc))
@@ -179,9 +200,9 @@ def step_with_row(frame: Frame, row: Row, memory: Memory, arch: Arch, *,
     """``step`` once the row is known (adapters that found it themselves)."""
     result = caller_registers(row, frame.pc, frame.regs, frame.interrupted, memory, arch,
                               pac_mask)
-    if type(result) is Stop:
+    if isinstance(result, Stop):
         return result
-    cfa, ra, caller_regs = result  # type: ignore[misc]
+    cfa, ra, caller_regs = result
     return Step(Frame(ra, caller_regs, row.signal), cfa, row)
 
 
@@ -193,7 +214,7 @@ _UNDEF = RuleKind.UNDEFINED
 
 def caller_registers(row: Row, pc: int, regs: Mapping[int, int], interrupted: bool,
                      memory: Memory, arch: Arch, pac_mask: int = DEFAULT_PAC_MASK,
-                     ) -> tuple[int, int, dict[int, int]] | Stop:
+                     ) -> Caller | Stop:
     """The step as bare values: (CFA, caller's PC, caller's registers), or a Stop.
 
     ``step_with_row`` wraps it in records; the GDB adapter calls it directly,
@@ -260,7 +281,7 @@ def caller_registers(row: Row, pc: int, regs: Mapping[int, int], interrupted: bo
     if ra == 0:
         return Stop(StopReason.RA_ZERO)
     caller_regs[arch.sp] = (cfa + arch.sp_val_offset) & _MASK
-    return cfa, ra, caller_regs
+    return _caller((cfa, ra, caller_regs))
 
 
 def walk(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,

@@ -21,6 +21,7 @@ import pytest
 from elftools.dwarf.callframe import CallFrameInstruction
 from elftools.dwarf.constants import DW_CFA
 from elftools.elf.elffile import ELFFile
+from helpers import missing
 
 from sframe_core.abi import AARCH64_LE, AMD64, Arch
 from sframe_core.cfi import (
@@ -324,7 +325,7 @@ int main(int argc, char **argv) { (void)argv; return loop(argc, 3) > 0 ? 0 : 1; 
 
 def _gcc(tmp: Path, name: str, src: str, *flags: str) -> Path:
     if shutil.which("gcc") is None:
-        pytest.skip("no host gcc")
+        missing("no host gcc (scripts/setup.sh installs it)")
     source = tmp / f"{name}.c"
     source.write_text(src)
     out = tmp / name
@@ -451,7 +452,7 @@ __attribute__((noinline)) int main(void) {
 def libc_probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, int]:
     """Offsets in libc of main's return address and of the signal restorer."""
     if not LIBC.exists():
-        pytest.skip(f"{LIBC} not present on this host")
+        missing(f"{LIBC} not present on this host")
     probe = _gcc(tmp_path_factory.mktemp("libc"), "probe", LIBC_PROBE, "-ldl")
     out = subprocess.run([str(probe)], check=True, capture_output=True, text=True).stdout.split()
     assert os.path.realpath(out[0]) == os.path.realpath(LIBC), out
@@ -461,7 +462,7 @@ def libc_probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def libc_table() -> CFITable:
     if not LIBC.exists():
-        pytest.skip(f"{LIBC} not present on this host")
+        missing(f"{LIBC} not present on this host")
     table = CFITable(LIBC, 0x7F00_0000_0000)
     t0 = time.perf_counter()
     table.has_fde(0)

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Entry, GoldenFDE, fixture_path, manifest_params, parse_golden, require
+from helpers import ROOT
+from helpers.manifest import Entry, GoldenFDE, fixture_path, manifest_params, parse_golden, require
 
 from sframe_core.cli import main
 from sframe_core.dump import fre_columns
@@ -228,3 +229,11 @@ def test_no_traceback_by_default_but_on_request(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     done = run_cli("--traceback", "dump", str(path))
     assert done.returncode == 1 and "Traceback" in done.stderr
+
+
+def test_version_from_one_place() -> None:
+    """``sframe --version`` prints sframe_core.version's, which pyproject.toml reads too."""
+    from sframe_core.version import __version__
+    out = run_cli("--version")
+    assert out.returncode == 0 and out.stdout == f"sframe (sframe-gdb) {__version__}\n", out
+    assert "dynamic = [\"version\"]" in (ROOT / "pyproject.toml").read_text()

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from backtrace_helpers import PRODUCERS, X86, gdb_run, one_line_error, our_pcs, sframe, sframe_json
+from helpers import X86
+from helpers.oracle import PRODUCERS, gdb_run, one_line_error, our_pcs, sframe, sframe_json
 
 from sframe_core.corefile import open_core
 from sframe_core.errors import FileError

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, Entry, manifest_params, require
-from qemutools import (
+from helpers import DEBUGGERS, FIXTURES
+from helpers.manifest import Entry, manifest_params, require
+from helpers.qemutools import (
     AARCH64_VA_BITS,
-    DEBUGGERS,
     GDB_PLUGIN,
     LLDB_PLUGIN,
     Frame,

@@ -18,14 +18,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import load_manifest, manifest_params, require
 from elftools.elf.elffile import ELFFile
+from helpers import FIXTURES, missing
+from helpers.manifest import load_manifest, manifest_params, require
 
 from sframe_core.cfi import CFITable
 from sframe_core.elf import read_elf
 from sframe_core.rows import CFARule, Row
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ARCHES = ("x86_64", "aarch64", "s390x")
 RSP = 7
 
@@ -185,7 +185,7 @@ int main(int argc, char **argv) { (void)argv; return branchy(argc) + many(argc, 
 def test_host_toolchain_twin(tmp_path: Path) -> None:
     """The same check on a binary the host gcc and gas build here and now."""
     if shutil.which("gcc") is None:
-        pytest.skip("no host gcc")
+        missing("no host gcc (scripts/setup.sh installs it)")
     source = tmp_path / "t.c"
     source.write_text(HOST_SRC)
     out = tmp_path / "t"

@@ -13,7 +13,7 @@ import json
 import re
 
 import pytest
-from conftest import Entry, fixture_path, golden_body, manifest_params, require
+from helpers.manifest import Entry, fixture_path, golden_body, manifest_params, require
 
 from sframe_core.cli import main
 from sframe_core.dump import dump_json, dump_text

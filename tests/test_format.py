@@ -3,7 +3,7 @@ field by field: raw records first, then the rules ``fre_rules`` derives."""
 
 from __future__ import annotations
 
-from conftest import FDEDef, FREDef, build_section
+from helpers.manifest import FDEDef, FREDef, build_section
 
 from sframe_core.abi import AARCH64_BE, AARCH64_LE, S390X
 from sframe_core.dump import dump_text

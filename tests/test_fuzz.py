@@ -12,7 +12,7 @@ import struct
 import tracemalloc
 from functools import cache
 
-from conftest import find_entry, fixture_path
+from helpers.manifest import find_entry, fixture_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -12,33 +12,21 @@ A gdb that is not installed is a skip locally and a failure when ``CI=true``.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gdbtools import GDBS, PLUGIN, Gdb, fixture, gdb_version, parse_bt  # noqa: E402
+from helpers import X86, missing, need, no_section_headers
+from helpers.gdbtools import GDBS, PLUGIN, Gdb, gdb_version, parse_bt
 
 pytestmark = [pytest.mark.gdb]
 
-X86 = fixture("x86_64")
 PRODUCERS = ["bu2.40-v1", "bu2.44-v2", "bu2.44-v2pcrel", "busid-v3"]
 # Bounds a stepping loop: f2..f4 and stop_here take about 150 instructions.
 MAX_STEPS = 600
-
-
-def _require(path: Path) -> Path:
-    if not path.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"fixture missing: {path} (run tests/fixtures/build.sh)")
-        pytest.skip(f"fixture missing: {path}")
-    return path
 
 
 @pytest.fixture(params=sorted(GDBS), scope="module")
@@ -46,10 +34,7 @@ def gdb_path(request: pytest.FixtureRequest) -> str:
     path = GDBS[request.param]
     version = gdb_version(path)
     if version is None:
-        why = f"{request.param} not runnable at {path} (scripts/setup.sh installs gdb 18)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
+        missing(f"{request.param} not runnable at {path} (scripts/setup.sh installs gdb 17 and 18)")
     return path
 
 
@@ -88,9 +73,9 @@ def _twin_bt(gdb_path: str, program: Path, breakpoint: str = "stop_here", run: s
 
 @pytest.mark.parametrize("producer", PRODUCERS)
 def test_bt_matches_twin(gdb_path: str, producer: str) -> None:
-    twin = _twin_bt(gdb_path, _require(X86 / producer / "deep"))
+    twin = _twin_bt(gdb_path, need(X86 / producer / "deep"))
     assert [n for _, n in twin] == ["stop_here", "f4", "f2", "f1", "main"]
-    with Gdb(gdb_path, plugin=False, args=[str(_require(X86 / producer / "deep.noeh"))]) as g:
+    with Gdb(gdb_path, plugin=False, args=[str(need(X86 / producer / "deep.noeh"))]) as g:
         g.cmd("break stop_here")
         g.cmd("run")
         without = _key(g.bt())
@@ -122,7 +107,7 @@ def test_bt_matches_twin(gdb_path: str, producer: str) -> None:
 
 def test_auto_mode_leaves_eh_frame_to_gdb(gdb_path: str) -> None:
     """On the twin, auto mode claims nothing; always mode gives the same frames."""
-    program = _require(X86 / "bu2.44-v2" / "deep")
+    program = need(X86 / "bu2.44-v2" / "deep")
     twin = _twin_bt(gdb_path, program)
     with Gdb(gdb_path, args=[str(program)]) as g:
         g.cmd("break stop_here")
@@ -146,8 +131,8 @@ def test_auto_mode_leaves_eh_frame_to_gdb(gdb_path: str) -> None:
 
 
 def test_frame_ids_up_down_finish(gdb_path: str) -> None:
-    program = _require(X86 / "bu2.44-v2" / "deep.noeh")
-    twin = _twin_bt(gdb_path, _require(X86 / "bu2.44-v2" / "deep"))
+    program = need(X86 / "bu2.44-v2" / "deep.noeh")
+    twin = _twin_bt(gdb_path, need(X86 / "bu2.44-v2" / "deep"))
     with Gdb(gdb_path, args=[str(program)]) as g:
         g.cmd("break stop_here")
         g.cmd("run")
@@ -194,8 +179,8 @@ def test_stepi_matches_twin(gdb_path: str) -> None:
     """Every instruction from f2's entry to its return: prologue, alloca, a tail
     call (f3 -> f4), stop_here, epilogues. Same bt as the twin at each step."""
     producer = "bu2.44-v2"
-    with Gdb(gdb_path, plugin=False, args=[str(_require(X86 / producer / "deep"))]) as twin, \
-            Gdb(gdb_path, args=[str(_require(X86 / producer / "deep.noeh"))]) as g:
+    with Gdb(gdb_path, plugin=False, args=[str(need(X86 / producer / "deep"))]) as twin, \
+            Gdb(gdb_path, args=[str(need(X86 / producer / "deep.noeh"))]) as g:
         for s in (twin, g):
             s.cmd("break *f2")
             s.cmd("run")
@@ -206,11 +191,11 @@ def test_stepi_matches_twin(gdb_path: str) -> None:
 
 def test_signal_handler(gdb_path: str) -> None:
     producer = "bu2.44-v2"
-    twin = _twin_bt(gdb_path, _require(X86 / producer / "sig"))
+    twin = _twin_bt(gdb_path, need(X86 / producer / "sig"))
     names = [n for _, n in twin]
     assert names == ["stop_here", "handler_inner", "handler", "<signal handler called>",
                      "g2", "g1", "main"]
-    with Gdb(gdb_path, args=[str(_require(X86 / producer / "sig.noeh"))]) as g:
+    with Gdb(gdb_path, args=[str(need(X86 / producer / "sig.noeh"))]) as g:
         g.cmd("break stop_here")
         g.cmd("run")
         text = g.cmd("bt")
@@ -251,9 +236,9 @@ def test_threads(gdb_path: str) -> None:
                 return threads
         raise AssertionError(f"threads never all reached usleep in {THREAD_TRIES} runs:\n{text}")
 
-    expect = all_bt(_require(X86 / producer / "threads"), plugin=False)
+    expect = all_bt(need(X86 / producer / "threads"), plugin=False)
     assert len(expect) == 4
-    got = all_bt(_require(X86 / producer / "threads.noeh"), plugin=True)
+    got = all_bt(need(X86 / producer / "threads.noeh"), plugin=True)
     assert got == expect
     assert any(["t_b3", "t_b2", "t_b1"] == [n for _, n in c if n.startswith("t_b")] for c in got)
 
@@ -263,10 +248,10 @@ def test_shared_library(gdb_path: str, variant: str) -> None:
     """A library without .eh_frame called from a program with it, the reverse, and both
     (``uselib-allnoeh`` is also stripped of symbols: compare PCs, break by address)."""
     producer = "bu2.44-v2"
-    twin = _twin_bt(gdb_path, _require(X86 / producer / "uselib"))
+    twin = _twin_bt(gdb_path, need(X86 / producer / "uselib"))
     assert [n for _, n in twin][:3] == ["stop_here", "app_callback", "lib_stop"]
     stripped = "allnoeh" in variant
-    with Gdb(gdb_path, args=[str(_require(X86 / producer / variant))]) as g:
+    with Gdb(gdb_path, args=[str(need(X86 / producer / variant))]) as g:
         g.cmd(f"break *0x{twin[0][0]:x}" if stripped else "break stop_here")
         out = g.cmd("run")
         assert "Breakpoint 1," in out, out
@@ -284,8 +269,8 @@ def test_shared_library(gdb_path: str, variant: str) -> None:
 def test_step_into_plt(gdb_path: str) -> None:
     """stepi from u1 through lib_a@plt into the library, bt compared at each step."""
     producer = "bu2.44-v2"
-    with Gdb(gdb_path, plugin=False, args=[str(_require(X86 / producer / "uselib"))]) as twin, \
-            Gdb(gdb_path, args=[str(_require(X86 / producer / "uselib.noeh"))]) as g:
+    with Gdb(gdb_path, plugin=False, args=[str(need(X86 / producer / "uselib"))]) as twin, \
+            Gdb(gdb_path, args=[str(need(X86 / producer / "uselib.noeh"))]) as g:
         for s in (twin, g):
             s.cmd("set environment LD_BIND_NOW 1")  # no trip through the lazy resolver
             s.cmd("break *u1")
@@ -297,8 +282,8 @@ def test_step_into_plt(gdb_path: str) -> None:
 
 def test_core_file(gdb_path: str, tmp_path: Path) -> None:
     producer = "bu2.44-v2"
-    program = _require(X86 / producer / "deep.noeh")
-    twin = _twin_bt(gdb_path, _require(X86 / producer / "deep"))
+    program = need(X86 / producer / "deep.noeh")
+    twin = _twin_bt(gdb_path, need(X86 / producer / "deep"))
     core = tmp_path / "deep.core"
     with Gdb(gdb_path, plugin=False, args=[str(program)]) as g:
         g.cmd("break stop_here")
@@ -311,7 +296,7 @@ def test_core_file(gdb_path: str, tmp_path: Path) -> None:
 
 
 def test_attach(gdb_path: str) -> None:
-    program = _require(X86 / "bu2.44-v2" / "deep.noeh")
+    program = need(X86 / "bu2.44-v2" / "deep.noeh")
     proc = subprocess.Popen([str(program), "sleep"], stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None
@@ -320,7 +305,7 @@ def test_attach(gdb_path: str) -> None:
         with Gdb(gdb_path, args=[str(program)]) as g:
             out = g.cmd(f"attach {proc.pid}")
             if "ptrace" in out and "not permitted" in out:
-                pytest.skip("ptrace attach not permitted here")
+                missing("ptrace attach not permitted here")
             text = g.cmd("bt")
             _no_python_errors(text)
             names = [f.name for f in parse_bt(text)]
@@ -331,21 +316,9 @@ def test_attach(gdb_path: str) -> None:
         proc.wait()
 
 
-def _no_section_headers(source: Path, dest: Path) -> Path:
-    """A copy of ``source`` with its section headers gone (e_shoff, e_shnum and
-    e_shstrndx zeroed, as `objcopy --strip-section-headers` leaves a file):
-    GDB then sees no sections, and only PT_GNU_SFRAME leads to the SFrame data."""
-    data = bytearray(source.read_bytes())
-    struct.pack_into("<Q", data, 0x28, 0)  # e_shoff (ELF64, little-endian)
-    struct.pack_into("<HHH", data, 0x3A, 0, 0, 0)  # e_shentsize, e_shnum, e_shstrndx
-    dest.write_bytes(bytes(data))
-    dest.chmod(0o755)
-    return dest
-
-
 def _twin_pcs_to_start(gdb_path: str) -> list[int | None]:
     """The twin's PCs from abort() to _start (its .eh_frame ends the stack there)."""
-    with Gdb(gdb_path, plugin=False, args=[str(_require(X86 / "bu2.44-v2" / "deep"))]) as g:
+    with Gdb(gdb_path, plugin=False, args=[str(need(X86 / "bu2.44-v2" / "deep"))]) as g:
         g.cmd("set backtrace past-main on")
         g.cmd("run abort")
         frames = g.bt()
@@ -361,9 +334,9 @@ def test_stripped_binary_ends_at_start(gdb_path: str, kind: str, tmp_path: Path)
     frames. Without section headers gdb sees no .sframe section: the plugin
     finds it through PT_GNU_SFRAME and places it by the process's mappings."""
     twin = _twin_pcs_to_start(gdb_path)
-    program = _require(X86 / "bu2.44-v2" / "deep.noeh.stripped")
+    program = need(X86 / "bu2.44-v2" / "deep.noeh.stripped")
     if kind != "stripped":
-        program = _no_section_headers(_require(X86 / "bu2.44-v2" / "deep.noeh"),
+        program = no_section_headers(need(X86 / "bu2.44-v2" / "deep.noeh"),
                                       tmp_path / "deep.noshdr")
     core = tmp_path / "deep.core"
     with Gdb(gdb_path, plugin=False, args=[str(program)]) as g:
@@ -389,7 +362,7 @@ def test_stripped_binary_ends_at_start(gdb_path: str, kind: str, tmp_path: Path)
 
 
 def test_corrupt_return_address_stops_cleanly(gdb_path: str) -> None:
-    with Gdb(gdb_path, args=[str(_require(X86 / "bu2.44-v2" / "deep.noeh"))]) as g:
+    with Gdb(gdb_path, args=[str(need(X86 / "bu2.44-v2" / "deep.noeh"))]) as g:
         g.cmd("break stop_here")
         g.cmd("run")
         g.cmd("frame 2")
@@ -405,7 +378,7 @@ def test_corrupt_return_address_stops_cleanly(gdb_path: str) -> None:
 def test_corrupt_sframe_warns_once(gdb_path: str, tmp_path: Path) -> None:
     from elftools.elf.elffile import ELFFile
 
-    source = _require(X86 / "bu2.44-v2" / "deep.noeh")
+    source = need(X86 / "bu2.44-v2" / "deep.noeh")
     bad = tmp_path / "deep.badsframe"
     shutil.copy(source, bad)
     with open(bad, "r+b") as f:
@@ -426,7 +399,7 @@ def test_corrupt_sframe_warns_once(gdb_path: str, tmp_path: Path) -> None:
 
 
 def test_info_and_lookup_commands(gdb_path: str) -> None:
-    with Gdb(gdb_path, args=[str(_require(X86 / "bu2.40-v1" / "deep.noeh"))]) as g:
+    with Gdb(gdb_path, args=[str(need(X86 / "bu2.40-v1" / "deep.noeh"))]) as g:
         assert "Usage: sframe lookup ADDRESS" in g.cmd("help sframe")
         assert "auto" in g.cmd("help set sframe mode")
         g.cmd("break stop_here")
@@ -467,9 +440,9 @@ def test_signal_interrupting_any_instruction(gdb_path: str, mode: str) -> None:
     """SIGALRM lands anywhere in g2's spin loop (the interrupted PC is not a return
     address); raise() puts libc frames between the signal frame and g2."""
     producer = "bu2.44-v2"
-    twin = _twin_bt(gdb_path, _require(X86 / producer / "sig"), run=mode)
+    twin = _twin_bt(gdb_path, need(X86 / producer / "sig"), run=mode)
     assert "<signal handler called>" in [n for _, n in twin]
-    with Gdb(gdb_path, args=[str(_require(X86 / producer / "sig.noeh"))]) as g:
+    with Gdb(gdb_path, args=[str(need(X86 / producer / "sig.noeh"))]) as g:
         g.cmd("break stop_here")
         g.cmd(f"run {mode}")
         text = g.cmd("bt")
@@ -484,8 +457,8 @@ def test_signal_interrupting_any_instruction(gdb_path: str, mode: str) -> None:
 def test_realigned_stack(gdb_path: str) -> None:
     """A DRAP-realigned frame: only SFrame v3 (flex FDE) describes it."""
     producer = "busid-v3"
-    twin = _twin_bt(gdb_path, _require(X86 / producer / "realign"))
-    with Gdb(gdb_path, args=[str(_require(X86 / producer / "realign.noeh"))]) as g:
+    twin = _twin_bt(gdb_path, need(X86 / producer / "realign"))
+    with Gdb(gdb_path, args=[str(need(X86 / producer / "realign.noeh"))]) as g:
         g.cmd("break stop_here")
         g.cmd("run")
         text = g.cmd("bt")
@@ -496,15 +469,15 @@ def test_realigned_stack(gdb_path: str) -> None:
 def test_rerun_and_new_file(gdb_path: str) -> None:
     """Objfiles come and go: run twice, then `file` another program, then a second inferior."""
     v2 = X86 / "bu2.44-v2"
-    deep_twin = _twin_bt(gdb_path, _require(v2 / "deep"))
-    uselib_twin = _twin_bt(gdb_path, _require(v2 / "uselib"))
-    with Gdb(gdb_path, args=[str(_require(v2 / "deep.noeh"))]) as g:
+    deep_twin = _twin_bt(gdb_path, need(v2 / "deep"))
+    uselib_twin = _twin_bt(gdb_path, need(v2 / "uselib"))
+    with Gdb(gdb_path, args=[str(need(v2 / "deep.noeh"))]) as g:
         g.cmd("break stop_here")
         for _ in range(2):
             g.cmd("run")
             assert _key(g.bt()) == deep_twin
         g.cmd("kill")
-        g.cmd(f"file {_require(v2 / 'uselib-libnoeh' / 'uselib')}")
+        g.cmd(f"file {need(v2 / 'uselib-libnoeh' / 'uselib')}")
         g.cmd("run")
         assert _key(g.bt()) == uselib_twin
         assert "libsf.so" in g.cmd("info sframe")

@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from backtrace_helpers import ROOT, X86, gdb_attach_pcs, one_line_error, our_pcs, sframe, sframe_json
+from helpers import ROOT, X86
+from helpers.oracle import gdb_attach_pcs, one_line_error, our_pcs, sframe, sframe_json
 
 PROGRAM_FRAMES = ["f4", "f2", "f1", "main"]
 

@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from lldbtools import (
-    FIXTURES,
+from helpers import X86, missing, need
+from helpers.lldbtools import (
     PLUGIN,
     Session,
     break_command,
@@ -25,16 +25,9 @@ from lldbtools import (
 
 pytestmark = pytest.mark.lldb
 
-X86 = FIXTURES / "x86_64"
 PROVIDER_VERSIONS = ["22", "23"]
 ALL_VERSIONS = ["21", "22", "23"]
 DEEP_PRODUCERS = ["bu2.40-v1", "bu2.44-v2", "bu2.44-v2pcrel", "busid-v3"]
-
-
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"fixture {path} not built")
-    return path
 
 
 def _cases() -> list[tuple[str, str, str]]:
@@ -75,7 +68,7 @@ def _same(got: list, want: list, binary: Path) -> None:
 @pytest.mark.parametrize("version", PROVIDER_VERSIONS)
 @pytest.mark.parametrize("producer,name,twin_name", _cases())
 def test_plain_bt_matches_twin(version: str, producer: str, name: str, twin_name: str) -> None:
-    binary, twin = _need(X86 / producer / name), _need(X86 / producer / twin_name)
+    binary, twin = need(X86 / producer / name), need(X86 / producer / twin_name)
     want = _expected(version, twin)
     got = _bt(version, binary, twin, plugin=True)
     _same(got, want, binary)
@@ -89,7 +82,7 @@ def test_plain_bt_matches_twin(version: str, producer: str, name: str, twin_name
                           ("bu2.40-v1", "deep.noeh.stripped", "deep"),
                           ("busid-v3", "realign.noeh", "realign")])
 def test_sframe_bt_matches_twin(version: str, producer: str, name: str, twin_name: str) -> None:
-    binary, twin = _need(X86 / producer / name), _need(X86 / producer / twin_name)
+    binary, twin = need(X86 / producer / name), need(X86 / producer / twin_name)
     want = _expected(version, twin)
     got = _bt(version, binary, twin, plugin=True, command="sframe bt")
     _same(got, want, binary)
@@ -99,16 +92,16 @@ def test_sframe_bt_matches_twin(version: str, producer: str, name: str, twin_nam
 def cores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     gdb = shutil.which("gdb")
     if gdb is None:
-        pytest.skip("gdb (for gcore) is missing")
+        missing("gdb (for gcore) is missing")
     out = tmp_path_factory.mktemp("cores")
     made = {}
     for name in ("deep", "deep.noeh.stripped"):
-        binary = _need(X86 / "busid-v3" / name)
+        binary = need(X86 / "busid-v3" / name)
         core = out / f"{name}.core"
         subprocess.run([gdb, "-nx", "-batch", "-ex", "run", "-ex", f"gcore {core}",
                         "--args", str(binary), "abort"], capture_output=True, timeout=120)
         if not core.exists():
-            pytest.skip("gcore made no core file")
+            missing("gcore made no core file")
         made[name] = core
     return made
 
@@ -175,8 +168,8 @@ def test_core_file_plain_bt(version: str, order: str, cores: dict[str, Path]) ->
 
 @pytest.mark.parametrize("version", PROVIDER_VERSIONS)
 def test_threads_bt_all(version: str) -> None:
-    twin = _need(X86 / "busid-v3" / "threads")
-    binary = _need(X86 / "busid-v3" / "threads.noeh.stripped")
+    twin = need(X86 / "busid-v3" / "threads")
+    binary = need(X86 / "busid-v3" / "threads.noeh.stripped")
 
     def stacks(path: Path, plugin: bool, command: str) -> list[list[int]]:
         out = run_lldb(version, [f"target create {path}", break_command(path, twin),
@@ -200,8 +193,8 @@ def test_threads_bt_all(version: str) -> None:
 
 @pytest.mark.parametrize("version", PROVIDER_VERSIONS)
 def test_uselib_library_without_eh_frame(version: str) -> None:
-    twin = _need(X86 / "busid-v3" / "uselib")
-    binary = _need(X86 / "busid-v3" / "uselib-libnoeh" / "uselib")
+    twin = need(X86 / "busid-v3" / "uselib")
+    binary = need(X86 / "busid-v3" / "uselib-libnoeh" / "uselib")
     want = _expected(version, twin)
     got = _bt(version, binary, twin, plugin=True)
     assert [f.pc for f in got] == [f.pc for f in want], (
@@ -211,8 +204,8 @@ def test_uselib_library_without_eh_frame(version: str) -> None:
 
 @pytest.mark.parametrize("version", PROVIDER_VERSIONS)
 def test_up_down_across_provided_frames(version: str) -> None:
-    twin = _need(X86 / "busid-v3" / "deep")
-    binary = _need(X86 / "busid-v3" / "deep.noeh.stripped")
+    twin = need(X86 / "busid-v3" / "deep")
+    binary = need(X86 / "busid-v3" / "deep.noeh.stripped")
     want = _expected(version, twin)
     session = Session(version)
     try:
@@ -234,7 +227,7 @@ def test_up_down_across_provided_frames(version: str) -> None:
 
 @pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_import_twice_info_lookup(version: str) -> None:
-    binary = _need(X86 / "busid-v3" / "deep.noeh.stripped")
+    binary = need(X86 / "busid-v3" / "deep.noeh.stripped")
     twin = X86 / "busid-v3" / "deep"
     addr = symbol_address(twin, "f4")
     out = run_lldb(version, [
@@ -275,8 +268,8 @@ def test_missing_dependencies_one_line(tmp_path: Path) -> None:
 def test_corrupt_sframe_reported_once(version: str, tmp_path: Path) -> None:
     """A corrupt .sframe: one line, no traceback, no hang; the rest still works."""
     from elftools.elf.elffile import ELFFile
-    twin = _need(X86 / "busid-v3" / "deep")
-    source = _need(X86 / "busid-v3" / "deep.noeh.stripped")
+    twin = need(X86 / "busid-v3" / "deep")
+    source = need(X86 / "busid-v3" / "deep.noeh.stripped")
     binary = tmp_path / "deep.noeh.stripped"
     data = bytearray(source.read_bytes())
     with open(source, "rb") as stream:
@@ -298,8 +291,8 @@ def test_corrupt_sframe_reported_once(version: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["usr1", "raise"])
 def test_through_signal_frame(version: str, command: str, mode: str) -> None:
     """handler -> __restore_rt -> the interrupted g2 (no libc, or libc frames between)."""
-    twin = _need(X86 / "busid-v3" / "sig")
-    binary = _need(X86 / "busid-v3" / "sig.noeh.stripped")
+    twin = need(X86 / "busid-v3" / "sig")
+    binary = need(X86 / "busid-v3" / "sig.noeh.stripped")
     handle = "process handle SIGUSR1 -s false -p true -n false"
 
     def frames(path: Path, plugin: bool, cmd: str) -> list:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Entry, find_entry, fixture_path
+from helpers.manifest import Entry, find_entry, fixture_path
 
 from sframe_core.abi import AMD64
 from sframe_core.errors import FormatError, SFrameError

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import NamedTuple
 
-SRC = Path(__file__).resolve().parent / "fixtures" / "src"
+SRC = Path(__file__).resolve().parent.parent / "fixtures" / "src"
 FLAGS = ["-O2", "-fomit-frame-pointer", "-fno-reorder-blocks-and-partition", "-g0",
          "-Wa,--gsframe", "-fno-use-linker-plugin"]
 

@@ -3,23 +3,26 @@
 Used by tests/test_gdb.py and bench/bench_gdb.py. gdb runs interactively
 (``from_tty`` is on, so it prints "Backtrace stopped: ..." lines) with
 ``-nx -q``, a scrubbed environment and a fixed prompt.
+
+Where a test wants frames rather than ``bt`` text, gdb sources
+``FRAMES_SCRIPT`` (``gdb_frames.py`` here, the one frame dumper of the
+suite), and ``parse_frames`` reads what it printed.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import pexpect
 
-ROOT = Path(__file__).resolve().parent.parent
+from . import FIXTURES, ROOT, Frame
+
 PLUGIN = ROOT / "sframe_gdb.py"
-FIXTURES = ROOT / "tests" / "fixtures"
+FRAMES_SCRIPT = Path(__file__).resolve().parent / "gdb_frames.py"
 LOADED_LINE = "sframe: SFrame unwinder ready (help sframe)"
 PROMPT = "(gdb-sframe-test) "
 TIMEOUT = 60  # seconds for one command; a 10,000-frame bt takes a few
@@ -67,16 +70,42 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-@dataclass
-class Frame:
-    level: int
-    pc: int | None
-    name: str
-
-
 def parse_bt(text: str) -> list[Frame]:
-    return [Frame(int(m.group(1)), int(m.group(2), 16) if m.group(2) else None, m.group(3))
+    return [Frame(int(m.group(2), 16) if m.group(2) else None, m.group(3), level=int(m.group(1)))
             for m in _FRAME.finditer(text)]
+
+
+_DUMP_FRAME = re.compile(r"^FRAME (0x[0-9a-f]+) (real|inline) (.*)$")
+
+
+class Dump:
+    """One thread as ``FRAMES_SCRIPT`` printed it."""
+
+    def __init__(self, lwp: int, selected: bool) -> None:
+        self.lwp = lwp
+        self.selected = selected
+        self.frames: list[Frame] = []  # every frame gdb shows, inline ones included
+        self.real: list[int] = []  # the PCs of the frames an unwinder made (no inline/tail call)
+        self.end = "(no FRAME-END line: the walk did not finish)"
+
+
+def parse_frames(text: str) -> list[Dump]:
+    """The threads ``FRAMES_SCRIPT`` printed, in gdb's thread order."""
+    threads: list[Dump] = []
+    for line in text.splitlines():
+        if line.startswith("THREAD "):
+            parts = line.split()
+            threads.append(Dump(int(parts[1]), parts[-1] == "selected"))
+        elif threads and line.startswith("FRAME-END "):
+            threads[-1].end = line[len("FRAME-END "):].strip()
+        elif threads and (m := _DUMP_FRAME.match(line)):
+            dump = threads[-1]
+            name = m.group(3).strip()
+            pc = int(m.group(1), 16)
+            dump.frames.append(Frame(pc, None if name == "None" else name, level=len(dump.frames)))
+            if m.group(2) == "real":
+                dump.real.append(pc)
+    return threads
 
 
 class Gdb:
@@ -137,11 +166,3 @@ class Gdb:
 
 def fixture(*parts: str) -> Path:
     return FIXTURES.joinpath(*parts)
-
-
-def have(path: str | os.PathLike[str]) -> bool:
-    return Path(path).exists()
-
-
-def which(name: str) -> str | None:
-    return shutil.which(name)

@@ -5,37 +5,25 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
 import pexpect
-import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-DEBUGGERS = ROOT / ".debuggers" / "bin"
+from . import DEBUGGERS, FIXTURES, ROOT, Frame, missing
+
 PLUGIN = ROOT / "lldb_plugin"
-FIXTURES = ROOT / "tests" / "fixtures"
+__all__ = ["FIXTURES", "PLUGIN", "Session", "break_command", "command_output", "parse_bt", "run_lldb",
+           "symbol_address", "lldb_path"]
 
 ANSI_RE = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[78])")
 FRAME_RE = re.compile(r"^\s*\*?\s*frame #(\d+): 0x([0-9a-f]+)(?: ([^`\s]+)(?:`(\S*))?)?", re.M)
-
-
-@dataclass(frozen=True)
-class BtFrame:
-    index: int
-    pc: int
-    module: str | None
-    name: str | None  # None where LLDB knows no symbol
 
 
 def lldb_path(version: str) -> Path:
     """The wrapper for ``lldb-VERSION``; skips (or fails under CI=true) when missing."""
     path = DEBUGGERS / f"lldb-{version}"
     if not path.exists():
-        reason = f"{path} is missing (run scripts/setup.sh)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        missing(f"{path} is missing (run scripts/setup.sh)")
     return path
 
 
@@ -66,13 +54,14 @@ def command_output(transcript: str, command: str, occurrence: int = -1) -> str:
     return chosen.split("(lldb) ", 1)[0]
 
 
-def parse_bt(text: str) -> list[BtFrame]:
+def parse_bt(text: str) -> list[Frame]:
+    """LLDB's ``bt`` lines; ``name`` is None where LLDB knows no symbol."""
     frames = []
     for m in FRAME_RE.finditer(text):
         name = m.group(4)
         if name is not None:
             name = re.split(r"[ (]", name, maxsplit=1)[0] or None
-        frames.append(BtFrame(int(m.group(1)), int(m.group(2), 16), m.group(3), name))
+        frames.append(Frame(int(m.group(2), 16), name, level=int(m.group(1)), module=m.group(3)))
     return frames
 
 
@@ -121,6 +110,6 @@ class Session:
         try:
             self.child.sendline("quit")
             self.child.expect(pexpect.EOF, timeout=10)
-        except Exception:  # noqa: BLE001
+        except (pexpect.ExceptionPexpect, OSError):
             pass
         self.child.close(force=True)

@@ -5,13 +5,10 @@ Everything here has a bounded run time: every child runs with a timeout, and
 every qemu started is killed by ``QemuStub.close`` (the tests call it from a
 finalizer), so a hung gdbstub can never hang the suite.
 
-Backtraces are read as lists of :class:`Frame` (pc, name), never by parsing
-gdb's ``bt`` text: gdb runs :data:`GDB_FRAMES_PY`, which prints one ``FRAME``
-line per frame and one ``FRAME-END`` line with the reason the walk stopped.
-(The ``-ex 'python\\n...\\nend'`` form does not work in ``-batch``: gdb hands
-the whole string, ``end`` included, to Python, so the snippet runs and then
-raises ``NameError: name 'end' is not defined``. A sourced file has no such
-problem.)
+Backtraces are read as lists of :class:`helpers.Frame` (pc, name), never by
+parsing gdb's ``bt`` text: gdb sources ``gdbtools.FRAMES_SCRIPT``, which
+prints one ``FRAME`` line per frame and one ``FRAME-END`` line with the
+reason the walk stopped.
 """
 
 from __future__ import annotations
@@ -32,11 +29,12 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
-ROOT = TESTS.parent
-DEBUGGERS = ROOT / ".debuggers" / "bin"
+from . import DEBUGGERS, ROOT, Frame, missing, require_debuggers
+from .gdbtools import FRAMES_SCRIPT, parse_frames
+
 GDB_PLUGIN = ROOT / "sframe_gdb.py"
 LLDB_PLUGIN = ROOT / "lldb_plugin"
+__all__ = ["Frame", "missing", "require_debuggers"]  # re-exported for test_cross
 
 # Bounds (seconds). A debugger session on these static programs takes well
 # under a second; the bounds only keep a broken stub from hanging the suite.
@@ -46,39 +44,6 @@ LISTEN_TIMEOUT = 10.0
 # Virtual address bits of qemu-user's aarch64 guests (Linux user space, 48-bit
 # VA, TBI on): pointer-authentication codes live above them.
 AARCH64_VA_BITS = 48
-
-GDB_FRAMES_PY = """\
-import gdb
-f = gdb.newest_frame()
-n = 0
-while f is not None and n < 200:
-    try:
-        pc = f.pc()
-    except gdb.error as exc:
-        print("FRAME-END error: %s" % exc)
-        break
-    print("FRAME %#x %s" % (pc, f.name()))
-    n += 1
-    try:
-        older = f.older()
-    except gdb.error as exc:
-        print("FRAME-END error: %s" % exc)
-        break
-    if older is None:
-        print("FRAME-END %s" % gdb.frame_stop_reason_string(f.unwind_stop_reason()))
-    f = older
-"""
-
-
-def require_debuggers() -> bool:
-    """Missing tools fail the tests (instead of skipping them) under CI."""
-    return os.environ.get("CI") == "true" or os.environ.get("SFRAME_REQUIRE_DEBUGGERS") == "1"
-
-
-def missing(reason: str) -> None:
-    if require_debuggers():
-        pytest.fail(f"{reason} (CI=true or SFRAME_REQUIRE_DEBUGGERS=1: failing, not skipping)")
-    pytest.skip(reason)
 
 
 def tool(name: str) -> str:
@@ -97,15 +62,6 @@ def tool(name: str) -> str:
 def repro(cmd: Sequence[str], cwd: str | Path | None = None) -> str:
     text = shlex.join(str(c) for c in cmd)
     return f"(cd {shlex.quote(str(cwd))} && {text})" if cwd else text
-
-
-@dataclass(frozen=True)
-class Frame:
-    pc: int
-    name: str | None
-
-    def __str__(self) -> str:
-        return f"{self.pc:#x} {self.name}"
 
 
 @dataclass
@@ -242,27 +198,13 @@ class QemuStub:
 
 # -- gdb -----------------------------------------------------------------------
 
-_FRAME = re.compile(r"^FRAME (0x[0-9a-f]+) (.*)$")
-
-
 def parse_gdb_frames(text: str) -> tuple[list[Frame], str]:
-    frames: list[Frame] = []
-    end = "(no FRAME-END line: the walk did not finish)"
-    for line in text.splitlines():
-        m = _FRAME.match(line)
-        if m:
-            name = m.group(2).strip()
-            frames.append(Frame(int(m.group(1), 16), None if name == "None" else name))
-        elif line.startswith("FRAME-END "):
-            end = line[len("FRAME-END "):].strip()
-    return frames, end
-
-
-def frames_script(directory: Path) -> Path:
-    path = directory / "sframe_frames.py"
-    if not path.exists():
-        path.write_text(GDB_FRAMES_PY)
-    return path
+    """The selected thread's frames and why the walk ended (``FRAMES_SCRIPT``'s output)."""
+    threads = parse_frames(text)
+    thread = next((t for t in threads if t.selected), threads[0] if threads else None)
+    if thread is None:
+        return [], "(no FRAME-END line: the walk did not finish)"
+    return thread.frames, thread.end
 
 
 def gdb_live(gdb: str, stub: QemuStub, exe: str | Path, workdir: Path, *,
@@ -280,7 +222,7 @@ def gdb_live(gdb: str, stub: QemuStub, exe: str | Path, workdir: Path, *,
             "-ex", "continue"]
     for line in after_stop:
         cmd += ["-ex", line]
-    cmd += ["-ex", "bt", "-ex", f"source {frames_script(workdir)}", "-ex", "kill", str(exe)]
+    cmd += ["-ex", "bt", "-ex", f"source {FRAMES_SCRIPT}", "-ex", "kill", str(exe)]
     proc = run(cmd, cwd=workdir)
     frames, end = parse_gdb_frames(proc.stdout)
     output = proc.stdout + proc.stderr
@@ -293,7 +235,7 @@ def gdb_core(gdb: str, exe: str | Path, core: str | Path, workdir: Path, *,
            "-ex", "set pagination off", "-ex", "set backtrace past-main on"]
     if plugin:
         cmd += ["-ex", f"source {GDB_PLUGIN}"]
-    cmd += ["-ex", f"core-file {core}", "-ex", f"source {frames_script(workdir)}", str(exe)]
+    cmd += ["-ex", f"core-file {core}", "-ex", f"source {FRAMES_SCRIPT}", str(exe)]
     proc = run(cmd, cwd=workdir)
     frames, end = parse_gdb_frames(proc.stdout)
     return Trace(frames, end, proc.stdout + proc.stderr, repro(cmd, workdir))
@@ -339,7 +281,7 @@ def lldb_frame_runs(text: str, start: str = "") -> list[list[Frame]]:
             continue
         where = m.group(3)
         name = where.split("`", 1)[1] if where and "`" in where else None
-        current.append(Frame(int(m.group(2), 16), name))
+        current.append(Frame(int(m.group(2), 16), name, level=index))
     return runs
 
 

@@ -1,10 +1,10 @@
 """Helpers for the core-file, live-process and bench backtraces: gdb as the oracle.
 
 gdb makes the cores (``gcore`` at a breakpoint or at a fatal signal) and
-unwinds the twin that still has ``.eh_frame``; a gdb Python snippet prints
-every thread's frame PCs, which is sturdier than parsing ``bt`` text. gdb's
-inline and tail-call frames (made from libc's debug info, not found on the
-stack) are left out: an unwinder only sees real frames.
+unwinds the twin that still has ``.eh_frame``; ``gdbtools.FRAMES_SCRIPT``
+prints every thread's frames. gdb's inline and tail-call frames (made from
+libc's debug info, not found on the stack) are left out: an unwinder only
+sees real frames.
 """
 
 from __future__ import annotations
@@ -16,23 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-X86 = ROOT / "tests" / "fixtures" / "x86_64"
-PRODUCERS = ("bu2.40-v1", "bu2.44-v2", "bu2.44-v2pcrel", "busid-v3")
+from . import ROOT
+from .gdbtools import FRAMES_SCRIPT, parse_frames
 
-GDB_PCS = r"""
-import gdb
-for t in sorted(gdb.selected_inferior().threads(), key=lambda t: t.num):
-    t.switch()
-    f = gdb.newest_frame()
-    pcs = []
-    while f is not None and len(pcs) < 100000:
-        # Inline and tail-call frames come from debug info, not from the stack.
-        if f.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
-            pcs.append(f.pc())
-        f = f.older()
-    print("PCS %d %s" % (t.ptid[1], " ".join("%#x" % p for p in pcs)))
-"""
+PRODUCERS = ("bu2.40-v1", "bu2.44-v2", "bu2.44-v2pcrel", "busid-v3")
 
 
 def gdb_path() -> str:
@@ -40,12 +27,6 @@ def gdb_path() -> str:
     if found is None:
         raise AssertionError("gdb is not installed (scripts/setup.sh installs it)")
     return found
-
-
-def _script(tmp: Path) -> Path:
-    path = tmp / "pcs.py"
-    path.write_text(GDB_PCS)
-    return path
 
 
 GDB_SETUP = ["-nx", "-batch", "-ex", "set backtrace past-main on",
@@ -71,7 +52,7 @@ def gdb_run(program: Path | str, args: list[str], tmp: Path, *, core: Path | Non
     if core is not None:
         cmd += ["-ex", f"gcore {core}"]
     if pcs:
-        cmd += ["-x", str(_script(tmp))]
+        cmd += ["-x", str(FRAMES_SCRIPT)]
     cmd += ["-ex", "kill", "--args", str(program), *args]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
                          stdin=subprocess.DEVNULL)
@@ -81,19 +62,15 @@ def gdb_run(program: Path | str, args: list[str], tmp: Path, *, core: Path | Non
 
 
 def gdb_attach_pcs(pid: int, tmp: Path) -> dict[int, list[int]]:
-    cmd = [gdb_path(), *GDB_SETUP, "-p", str(pid), "-x", str(_script(tmp)), "-ex", "detach"]
+    cmd = [gdb_path(), *GDB_SETUP, "-p", str(pid), "-x", str(FRAMES_SCRIPT), "-ex", "detach"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False,
                          stdin=subprocess.DEVNULL)
     return parse_pcs(out.stdout)
 
 
 def parse_pcs(text: str) -> dict[int, list[int]]:
-    found = {}
-    for line in text.splitlines():
-        if line.startswith("PCS "):
-            parts = line.split()
-            found[int(parts[1])] = [int(p, 16) for p in parts[2:]]
-    return found
+    """LWP -> the PCs of its real frames (no inline or tail-call frames)."""
+    return {thread.lwp: thread.real for thread in parse_frames(text)}
 
 
 def sframe(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

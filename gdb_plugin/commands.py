@@ -1,0 +1,194 @@
+"""The commands: ``info sframe``, ``sframe lookup``, ``set``/``show sframe mode``.
+
+Each is a module-level ``gdb.Command`` (or ``gdb.Parameter``) made with the
+unwinder it reports on; ``register`` makes them all (GDB replaces a command
+defined again, so sourcing the loader twice is harmless).
+"""
+
+from __future__ import annotations
+
+import gdb
+
+from sframe_core.describe import lookup_text
+from sframe_core.errors import SFrameError
+from sframe_core.version import __version__
+
+from .unwinder import MODES, SFrameUnwinder
+
+__all__ = ["register"]
+
+
+def _parse_address(arg: str) -> int:
+    arg = arg.strip()
+    if not arg:
+        raise gdb.GdbError("an address is required, e.g. `info sframe $pc'")
+    try:
+        value = gdb.parse_and_eval(arg)
+        if value.type.code == gdb.TYPE_CODE_FUNC:
+            value = value.address
+        return int(value.cast(gdb.lookup_type("unsigned long")))
+    except gdb.error as exc:
+        raise gdb.GdbError(str(exc)) from None
+
+
+def _lookup_lines(plugin: SFrameUnwinder, address: int) -> list[str]:
+    plugin.refresh()
+    table = plugin.table()
+    entry = table.find(address) if table is not None else None
+    if entry is None:
+        raise gdb.GdbError(f"sframe: no objfile with a .sframe section covers 0x{address:x}")
+    section = entry.sframe(plugin)
+    if section is None:
+        raise gdb.GdbError(f"sframe: {entry.path}: .sframe unusable (see the warning above)")
+    try:
+        hit = section.lookup(address)
+    except SFrameError as exc:
+        raise gdb.GdbError(f"sframe: {entry.path}: {exc}") from None
+    head = f"{entry.path}: SFrame v{section.version}"
+    if hit is None:
+        fde = section.find_fde(address)
+        if fde is None:
+            return [head, f"address 0x{address:x} is not covered by any FDE"]
+        return [head, f"address 0x{address:x} is in FDE [{fde.index}] but before its first FRE"]
+    lines = lookup_text(section, hit, pc=address)
+    if entry.has_eh_frame and entry.covered_by_cfi(plugin, address):
+        lines.append(f"(.eh_frame also covers this address: the sframe unwinder "
+                     f"{'uses SFrame here' if plugin.mode == 'always' else 'leaves it to gdb'} "
+                     f"in mode {plugin.mode})")
+    return [head] + lines
+
+
+class SFramePrefix(gdb.Command):
+    """Inspect and control the SFrame unwinder.
+
+Usage: sframe lookup ADDRESS
+       info sframe [ADDRESS]
+       set sframe mode auto|always|off
+       show sframe mode
+
+The unwinder is a global Python unwinder named `sframe':
+`info unwinder' lists it and `disable unwinder global sframe' turns it off.
+In mode `auto' it unwinds frames whose PC lies in an objfile with a .sframe
+section and no .eh_frame/.debug_frame FDE covering that PC; `always' uses
+SFrame wherever it covers the PC; `off' never does.
+Registers SFrame does not describe (everything but the PC, the stack pointer
+and the frame pointer) show as <not saved> in caller frames."""
+
+    def __init__(self, plugin: SFrameUnwinder) -> None:
+        super().__init__("sframe", gdb.COMMAND_STACK, gdb.COMPLETE_NONE, True)
+        self.plugin = plugin
+
+
+class SFrameLookup(gdb.Command):
+    """Show the SFrame FDE and row that apply at an address.
+
+Usage: sframe lookup ADDRESS
+ADDRESS is any expression, e.g. $pc, f4, 0x5555555552a0.  The words are those
+of the shell command `sframe lookup'."""
+
+    def __init__(self, plugin: SFrameUnwinder) -> None:
+        super().__init__("sframe lookup", gdb.COMMAND_STACK, gdb.COMPLETE_EXPRESSION)
+        self.plugin = plugin
+
+    def invoke(self, arg: str, from_tty: bool) -> None:
+        for line in _lookup_lines(self.plugin, _parse_address(arg)):
+            gdb.write(line + "\n")
+
+
+class InfoSFrame(gdb.Command):
+    """List objfiles with SFrame sections, or show the row at an address.
+
+Usage: info sframe [ADDRESS]
+Without ADDRESS: each objfile with a .sframe section, with its SFrame version,
+ABI, number of FDEs, address range, whether it also has .eh_frame, and whether
+the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'."""
+
+    def __init__(self, plugin: SFrameUnwinder) -> None:
+        super().__init__("info sframe", gdb.COMMAND_STATUS, gdb.COMPLETE_EXPRESSION)
+        self.plugin = plugin
+
+    def invoke(self, arg: str, from_tty: bool) -> None:
+        if arg.strip():
+            for line in _lookup_lines(self.plugin, _parse_address(arg)):
+                gdb.write(line + "\n")
+            return
+        self.plugin.refresh()
+        entries = self.plugin.tables_entries(gdb.current_progspace())
+        gdb.write(f"sframe unwinder (sframe-gdb {__version__}): mode {self.plugin.mode}, "
+                  f"{'enabled' if self.plugin.enabled else 'disabled'}\n")
+        if not entries:
+            gdb.write("No objfile has a .sframe section.\n")
+            return
+        for entry in entries:
+            section = entry.sframe(self.plugin)
+            if section is None:
+                gdb.write(f"{entry.path}: .sframe unusable\n")
+                continue
+            lo = min((lo for lo, _ in entry.code), default=0)
+            hi = max((hi for _, hi in entry.code), default=0)
+            cfi = [n for n, f in ((".eh_frame", entry.has_eh_frame),
+                                  (".debug_frame", entry.has_debug_frame)) if f]
+            if self.plugin.mode == "off":
+                used = "not used (mode off)"
+            elif self.plugin.mode == "always":
+                used = "used"
+            elif cfi:
+                used = f"used only where {'/'.join(cfi)} has no FDE"
+            else:
+                used = "used"
+            gdb.write(f"{entry.path}\n"
+                      f"  SFrame v{section.version}, ABI {section.arch.name}, "
+                      f"{section.num_fdes} FDEs, code 0x{lo:x}-0x{hi:x}, "
+                      f".sframe at 0x{entry.sframe_address:x}\n"
+                      f"  {'has ' + ' and '.join(cfi) if cfi else 'no .eh_frame'}; {used}\n")
+
+
+class SetSFrame(gdb.Command):
+    """Settings of the SFrame unwinder.
+
+Usage: set sframe mode auto|always|off"""
+
+    def __init__(self, plugin: SFrameUnwinder) -> None:
+        super().__init__("set sframe", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
+        self.plugin = plugin
+
+
+class ShowSFrame(gdb.Command):
+    """Settings of the SFrame unwinder.
+
+Usage: show sframe mode"""
+
+    def __init__(self, plugin: SFrameUnwinder) -> None:
+        super().__init__("show sframe", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
+        self.plugin = plugin
+
+
+class ModeParameter(gdb.Parameter):
+    """When the SFrame unwinder claims frames.
+
+auto:   where the objfile's .sframe covers the PC and no .eh_frame or
+        .debug_frame FDE does (the default).
+always: wherever .sframe covers the PC, even where DWARF CFI exists.
+off:    never (like `disable unwinder global sframe')."""
+
+    set_doc = "Set when the SFrame unwinder claims frames."
+    show_doc = "Show when the SFrame unwinder claims frames."
+
+    def __init__(self, plugin: SFrameUnwinder) -> None:
+        super().__init__("sframe mode", gdb.COMMAND_STACK, gdb.PARAM_ENUM, list(MODES))
+        self.plugin = plugin
+        self.value = plugin.mode
+
+    def get_set_string(self) -> str:
+        if self.value != self.plugin.mode:
+            self.plugin.mode = self.value
+            gdb.invalidate_cached_frames()
+        return ""
+
+    def get_show_string(self, svalue: str) -> str:
+        return f"The SFrame unwinder mode is \"{svalue}\"."
+
+
+def register(plugin: SFrameUnwinder) -> None:
+    for command in (SFramePrefix, SFrameLookup, InfoSFrame, SetSFrame, ShowSFrame, ModeParameter):
+        command(plugin)

@@ -1,0 +1,79 @@
+"""Event wiring: when the objfile table is re-read and a walk's cache dropped.
+
+GDB may not run commands from inside an unwinder, so the table of objfiles
+(``maint info sections``) is read here, on ``new_objfile``, stops and
+``before_prompt``, and marked stale when objfiles or program spaces change.
+A walk's memory cache is dropped whenever the target runs or is written.
+"""
+
+from __future__ import annotations
+
+import gdb
+
+from .unwinder import SFrameUnwinder, warn
+
+__all__ = ["connect"]
+
+
+def connect(plugin: SFrameUnwinder) -> None:
+    """Connect the handlers, replacing those of an earlier load."""
+    events = gdb.events
+
+    def on_new_objfile(event) -> None:
+        objfile = event.new_objfile
+        plugin.mark_dirty(objfile.progspace)
+        # Refresh now: GDB may unwind (stop at a breakpoint, `finish') before
+        # the next prompt, and the unwinder may not read the table itself.
+        if objfile.progspace == gdb.current_progspace():
+            try:
+                plugin.refresh()
+            except Exception as exc:  # noqa: BLE001
+                warn(f"cannot read the section table: {exc}")
+
+    def on_free_objfile(event) -> None:
+        plugin.mark_dirty(event.objfile.progspace)
+
+    def on_clear_objfiles(event) -> None:
+        plugin.mark_dirty(event.progspace)
+
+    def on_free_progspace(event) -> None:
+        plugin.forget(event.progspace)
+
+    def on_anything(event=None) -> None:
+        plugin.mark_dirty(None)
+
+    def on_stop(event=None) -> None:
+        plugin.end_walk()
+        try:
+            plugin.refresh()
+        except Exception as exc:  # noqa: BLE001
+            warn(f"cannot read the section table: {exc}")
+
+    handlers = [
+        ("new_objfile", on_new_objfile),
+        ("free_objfile", on_free_objfile),
+        ("clear_objfiles", on_clear_objfiles),
+        ("free_progspace", on_free_progspace),  # GDB 14+
+        ("new_progspace", on_anything),  # GDB 14+
+        ("executable_changed", on_anything),  # GDB 14+
+        ("corefile_changed", on_anything),  # GDB 18
+        ("exited", on_anything),
+        ("cont", plugin.end_walk),
+        ("memory_changed", plugin.end_walk),
+        ("register_changed", plugin.end_walk),
+        ("stop", on_stop),
+        ("before_prompt", on_stop),
+    ]
+    old = getattr(gdb, "_sframe_gdb_handlers", [])
+    for name, handler in old:
+        try:
+            getattr(events, name).disconnect(handler)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+    connected = []
+    for name, handler in handlers:
+        registry = getattr(events, name, None)
+        if registry is not None:
+            registry.connect(handler)
+            connected.append((name, handler))
+    gdb._sframe_gdb_handlers = connected

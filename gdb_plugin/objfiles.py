@@ -1,0 +1,233 @@
+"""Which objfile covers a PC, from the text GDB prints about its objfiles.
+
+GDB's Python API exposes no section addresses, so the runtime address of each
+objfile's ``.sframe`` and code sections comes from ``maint info sections
+-all-objects``, and, for a file whose section headers were stripped (GDB
+shows no sections of it), its ``PT_GNU_SFRAME`` segment is placed by ``info
+proc mappings``. This module parses that text and holds the result; it does
+not import ``gdb``, so its parsers are tested on captured output of every GDB
+(``tests/test_gdb_objfiles.py``) without one. The load bias is the section's
+runtime address minus its ``sh_addr`` on disk (debugger-apis.md A2: never
+from ``info sharedlibrary``). ELF headers and SFrame tables are read only when
+a PC inside the objfile is first unwound through, then cached in a
+``sframe_core.modules.Module``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+from typing import TYPE_CHECKING, Protocol
+
+from sframe_core.elf import ElfSFrame, read_elf
+from sframe_core.errors import SFrameError
+from sframe_core.modules import Mapping, Module, load_bias
+
+if TYPE_CHECKING:
+    from sframe_core.section import SFrameSection
+
+    from .unwinder import Registers
+
+__all__ = ["ObjfileEntry", "ObjfileTable", "Reporter", "SECTIONS_COMMAND", "parse_mappings",
+           "segment_candidates", "segment_entries"]
+
+# The command whose output ObjfileTable.parse reads.
+SECTIONS_COMMAND = "maint info sections -all-objects .sframe .text .eh_frame .debug_frame CODE"
+
+_HEADER = re.compile(r"^(Exec file|Object file|Core file): [`'](.*)', file type")
+# A line of `info proc mappings`: start, end, size, offset, [perms,] objfile.
+_MAPPING = re.compile(r"^\s*(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+0x[0-9a-f]+\s+(0x[0-9a-f]+)"
+                      r"(?:\s+[-r][-w][-x][-ps])?\s+(/.*)$", re.M)
+_SECTION = re.compile(r"^\s*\[\s*\d+\]\s+(0x[0-9a-fA-F]+)->(0x[0-9a-fA-F]+) at 0x[0-9a-fA-F]+: "
+                      r"(\S+)(.*)$")
+
+
+class Reporter(Protocol):
+    def report(self, path: str, text: str) -> None:
+        """One warning per objfile, however many frames hit the problem."""
+
+
+class ObjfileEntry:
+    """One objfile with a ``.sframe`` section, at the addresses GDB reports."""
+
+    def __init__(self, path: str, sframe_address: int) -> None:
+        self.path = path
+        self.sframe_address = sframe_address  # runtime address of .sframe
+        self.code: list[tuple[int, int]] = []
+        self.has_eh_frame = False
+        self.has_debug_frame = False
+        self.module: Module | None = None
+        self.failed = False  # unreadable or corrupt: reported, then ignored
+        self.section: SFrameSection | None = None  # the SFrameSection, once opened
+        self._start: tuple[int, int] | None = None
+        self._start_known = False
+        self.regs: Registers | None = None  # this objfile's register handles
+
+    def get_module(self, plugin: Reporter) -> Module | None:
+        if self.module is None and not self.failed:
+            try:
+                info = read_elf(self.path)
+                if info.sframe_address is None:
+                    raise SFrameError("no .sframe section in the file on disk")
+            except SFrameError as exc:
+                self.failed = True
+                plugin.report(self.path, str(exc))
+                return None
+            self.module = Module(self.path, self.sframe_address - info.sframe_address,
+                                 self.code or [(0, 0)], sources=("sframe",),
+                                 on_error=lambda m, exc: plugin.report(m.path, str(exc)),
+                                 elf=info)
+        return self.module
+
+    def sframe(self, plugin: Reporter) -> SFrameSection | None:
+        module = self.get_module(plugin)
+        if module is None:
+            return None
+        section = module.sframe
+        if section is None or module.error is not None:
+            self.failed = True
+            return None
+        self.section = section
+        return section
+
+    def start_function(self) -> tuple[int, int] | None:
+        """The span of ``_start`` when this is an executable without an FDE for it."""
+        if not self._start_known:
+            self._start = self.module.entry_function() if self.module is not None else None
+            self._start_known = True
+        return self._start
+
+    def covered_by_cfi(self, plugin: Reporter, pc: int) -> bool:
+        """Does an ``.eh_frame``/``.debug_frame`` FDE of this file cover ``pc``?"""
+        if not (self.has_eh_frame or self.has_debug_frame):
+            return False
+        module = self.get_module(plugin)
+        if module is None:
+            return True  # cannot tell: leave the frame to GDB
+        table = module.cfi
+        if table is None:
+            return module.error is not None or self.has_eh_frame
+        return bool(table.has_fde(pc))
+
+
+class ObjfileTable:
+    """PC -> ``ObjfileEntry`` for one program space, parsed from GDB's section list."""
+
+    def __init__(self, entries: list[ObjfileEntry], code: list[tuple[int, int]] | None = None) -> None:
+        self.entries = entries
+        # The code sections of every objfile (with SFrame or not, the vdso
+        # included): a return address outside them ends the backtrace.
+        self.code = sorted(code or [])
+        self._code_starts = [lo for lo, _ in self.code]
+        spans = sorted(((lo, hi, e) for e in entries for lo, hi in e.code), key=lambda s: s[:2])
+        self._starts = [s[0] for s in spans]
+        self._spans = spans
+
+    def find(self, pc: int) -> ObjfileEntry | None:
+        # Code sections of different objfiles do not overlap.
+        i = bisect.bisect_right(self._starts, pc) - 1
+        if i >= 0:
+            lo, hi, entry = self._spans[i]
+            if lo <= pc < hi:
+                return entry
+        return None
+
+    def is_code(self, pc: int) -> bool:
+        i = bisect.bisect_right(self._code_starts, pc) - 1
+        return i >= 0 and self.code[i][0] <= pc < self.code[i][1]
+
+    @classmethod
+    def parse(cls, text: str, wanted: set[str],
+              old: dict[tuple[str, int], ObjfileEntry]) -> ObjfileTable:
+        """The table from the output of ``SECTIONS_COMMAND``: entries for the
+        objfiles in ``wanted`` that have ``.sframe`` (reusing those in ``old``,
+        keyed by path and ``.sframe`` address), and every objfile's code."""
+        entries: list[ObjfileEntry] = []
+        code: list[tuple[int, int]] = []
+        path = None
+        sections: list[tuple[int, int, str, str]] = []
+
+        def flush() -> None:
+            if path is None:
+                return
+            code.extend((lo, hi) for lo, hi, _, flags in sections
+                        if "CODE" in flags and "HAS_CONTENTS" in flags and hi > lo)
+            if path not in wanted:
+                return
+            sframe = [s for s in sections if s[2] == ".sframe" and "HAS_CONTENTS" in s[3]]
+            if not sframe:
+                return
+            start = sframe[0][0]
+            entry = old.get((path, start)) or ObjfileEntry(path, start)
+            entry.code = [(lo, hi) for lo, hi, _, flags in sections if "CODE" in flags and hi > lo]
+            entry.has_eh_frame = any(s[2] == ".eh_frame" and s[1] > s[0] for s in sections)
+            entry.has_debug_frame = any(s[2] == ".debug_frame" and s[1] > s[0] for s in sections)
+            entries.append(entry)
+
+        for line in text.splitlines():
+            m = _HEADER.match(line)
+            if m:
+                flush()
+                path = m.group(2) if m.group(1) != "Core file" else None
+                sections = []
+                continue
+            m = _SECTION.match(line)
+            if m and path is not None:
+                sections.append((int(m.group(1), 16), int(m.group(2), 16), m.group(3), m.group(4)))
+        flush()
+        return cls(entries, code)
+
+    def extended(self, extra: list[ObjfileEntry]) -> ObjfileTable:
+        """This table with the entries of section-less objfiles added."""
+        if not extra:
+            return self
+        return ObjfileTable(self.entries + extra, self.code + [span for e in extra for span in e.code])
+
+
+def parse_mappings(text: str) -> list[Mapping]:
+    """The file mappings listed by ``info proc mappings`` (live processes and cores)."""
+    return [Mapping(int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16), m.group(4).strip())
+            for m in _MAPPING.finditer(text)]
+
+
+def segment_candidates(paths: set[str], no_segment: set[tuple[str, int]]) -> dict[str, ElfSFrame]:
+    """The files among ``paths`` whose ``.sframe`` is found only through
+    ``PT_GNU_SFRAME`` (section headers stripped). ``no_segment`` caches the
+    (path, mtime) of files known to have none."""
+    candidates = {}
+    for path in paths:
+        try:
+            key = (path, os.stat(path).st_mtime_ns)
+        except OSError:
+            continue
+        if key in no_segment:
+            continue
+        info: ElfSFrame | None
+        try:
+            info = read_elf(path)
+        except SFrameError:
+            info = None
+        if info is None or not info.from_segment or info.sframe_address is None:
+            no_segment.add(key)
+            continue
+        candidates[path] = info
+    return candidates
+
+
+def segment_entries(candidates: dict[str, ElfSFrame], mappings: list[Mapping],
+                    old: dict[tuple[str, int], ObjfileEntry]) -> list[ObjfileEntry]:
+    """Entries for the ``candidates`` (GDB shows no sections of them), placed by the mappings."""
+    entries = []
+    for path, info in candidates.items():
+        bias = load_bias(info, (m for m in mappings if m.path == path))
+        if bias is None or info.sframe_address is None:
+            continue
+        start = info.sframe_address + bias
+        entry = old.get((path, start)) or ObjfileEntry(path, start)
+        entry.code = [(seg.vaddr + bias, seg.vaddr + seg.memsz + bias)
+                      for seg in info.segments if seg.executable and seg.memsz]
+        # Without section headers GDB reads no .eh_frame either.
+        entry.has_eh_frame = entry.has_debug_frame = False
+        entries.append(entry)
+    return entries

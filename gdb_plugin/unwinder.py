@@ -1,0 +1,408 @@
+"""The unwinder: a global ``gdb.unwinder.Unwinder`` named ``sframe``.
+
+It claims a frame when its PC lies in an objfile whose ``.sframe`` covers it
+and, in ``auto`` mode, no ``.eh_frame``/``.debug_frame`` FDE does. The caller
+gets ``pc``, ``sp``, the frame pointer and whatever else the row gives; other
+registers are left out and read ``<not saved>``. The frame id is ``(CFA,
+function start)``, like GDB's DWARF unwinder.
+
+The hot path: GDB calls the unwinder once per frame of every backtrace; what
+a walk reuses (the objfile table, a page cache of target memory) lives in a
+``_Walk`` made at level 0, and register handles and frame-id forms are found
+once. This keeps ``bt`` as fast as GDB's own DWARF unwinder
+(``python -m bench.bench_gdb``).
+
+When the rows cannot explain the stack (``sframe_core.unwind.Stop``), the
+frame is still claimed, without a saved PC and with an id inner to its
+callee's: GDB then ends the backtrace with "Backtrace stopped: previous frame
+inner to this frame (corrupt stack?)" instead of letting its prologue
+analyzer invent frames (which, in a binary without ``.eh_frame``, it does). A
+PC no FDE covers is left to GDB, except amd64's ``_start`` (the entry
+function, rbp 0), whose callers GDB would invent.
+
+Anything raised inside the unwinder is caught, reported once per objfile as
+``warning: sframe: PATH: ...``, and the frame is declined. The objfile table
+is re-read in event handlers (``refresh``), never inside the unwinder, which
+may not call ``gdb.execute``.
+"""
+
+from __future__ import annotations
+
+import gdb
+import gdb.unwinder
+
+from sframe_core.abi import AARCH64_LE, AMD64, Arch
+from sframe_core.errors import SFrameError
+from sframe_core.memory import PageCache
+from sframe_core.norow import entry_stop, is_sigreturn
+from sframe_core.unwind import DEFAULT_PAC_MASK, NORMAL_ENDS, Stop, caller_registers
+
+from .objfiles import (
+    SECTIONS_COMMAND,
+    ObjfileEntry,
+    ObjfileTable,
+    parse_mappings,
+    segment_candidates,
+    segment_entries,
+)
+
+__all__ = ["MODES", "Registers", "SFrameUnwinder", "warn"]
+
+
+def warn(text: str) -> None:
+    gdb.write(f"warning: sframe: {text}\n", gdb.STDERR)
+
+
+class _FrameId:
+    """A frame id as GDB reads it: any object with ``sp`` and ``pc`` will do
+    (GDB 13 has no gdb.unwinder.FrameId; this one is also cheaper to build)."""
+
+    __slots__ = ("sp", "pc")
+
+    def __init__(self, sp: object, pc: object) -> None:
+        self.sp = sp
+        self.pc = pc
+
+
+def _memory_reader(inferior):
+    """``read(address, size)`` over an inferior (live or core); None where unreadable."""
+    read_memory = inferior.read_memory
+
+    def read(address: int, size: int) -> bytes | None:
+        try:
+            return bytes(read_memory(address, size))
+        except (gdb.MemoryError, gdb.error, ValueError, OverflowError):
+            return None
+    return read
+
+
+# The ABI of a GDB architecture, for frames no objfile with SFrame covers
+# (a signal trampoline in the vdso or libc).
+_GDB_ARCHES = {"i386:x86-64": AMD64, "aarch64": AARCH64_LE}
+
+
+# GDB architectures whose prologue analyzer has no outermost rule: from a
+# _start without unwind information it reads callers off the stack. (The
+# aarch64 one stops at x29 = 0 by itself, and is left to do so.)
+_INVENTS_PAST_START = frozenset({"i386:x86-64"})
+
+
+# -- the unwinder ----------------------------------------------------------------
+
+MODES = ("auto", "always", "off")
+_SIGNED_LIMIT = 1 << 63
+_HAS_PC = hasattr(gdb.PendingFrame, "pc")  # GDB 14+: the PC without a gdb.Value
+
+
+class Registers:
+    """How this GDB names one SFrame ABI's registers, found once per architecture.
+
+    Register descriptors (GDB 11+) spare GDB a name lookup per read; plain
+    names work everywhere.
+    """
+
+    def __init__(self, gdb_arch, arch: Arch) -> None:
+        self.u64 = gdb_arch.integer_type(64, False)
+        try:
+            descriptors = {r.name: r for r in gdb_arch.registers()}
+        except Exception:  # noqa: BLE001
+            descriptors = {}
+        self.has_pauth = "pauth_cmask" in descriptors
+        handles: dict[int, object] = {n: descriptors.get(name, name) for n, name in arch.reg_names}
+        handles[arch.sp] = descriptors.get(arch.reg_name(arch.sp), "sp")
+        self.handles = handles
+        self.pc = descriptors.get("rip" if arch.name == "amd64" else "pc", "pc")
+        self.arch = arch
+        # (CFA base register, interrupted) -> ((DWARF number, handle), ...)
+        self.wanted: dict[tuple[object, bool], tuple[tuple[int, object], ...]] = {}
+
+    def handle(self, regno: int) -> object:
+        return self.handles.get(regno) or self.arch.reg_name(regno)
+
+    def value(self, x: int):
+        """``x`` as a register-sized gdb.Value: a plain one is a 64-bit long,
+        which GDB 13 and 14+ both accept; only the top half needs the cast."""
+        return gdb.Value(x) if x < _SIGNED_LIMIT else gdb.Value(x).cast(self.u64)
+
+    def find_wanted(self, key: tuple[object, bool]) -> tuple[tuple[int, object], ...]:
+        """The registers a step reads: SP, FP, the CFA base, and the RA
+        register where it is live (the innermost or an interrupted frame)."""
+        cfa_reg, interrupted = key
+        arch = self.arch
+        numbers = [arch.sp, arch.fp]
+        if isinstance(cfa_reg, int) and cfa_reg not in numbers:
+            numbers.append(cfa_reg)
+        if arch.ra_reg is not None and interrupted:
+            numbers.append(arch.ra_reg)
+        found = self.wanted[key] = tuple((n, self.handle(n)) for n in numbers)
+        return found
+
+
+class _Walk:
+    """What one backtrace reuses from frame to frame.
+
+    GDB unwinds a stack from level 0 up, and flushes its frame cache (so
+    starts again at level 0) whenever the target runs, memory or registers
+    are written, or another thread is selected; a walk therefore starts
+    at level 0 and its page cache cannot go stale under it.
+    """
+
+    __slots__ = ("table", "memory", "after_sigtramp")
+
+    def __init__(self, table: ObjfileTable | None) -> None:
+        self.table = table
+        self.memory = PageCache(_memory_reader(gdb.selected_inferior()))
+        # Levels whose inner frame is a signal trampoline.
+        self.after_sigtramp: set[int] = set()
+
+
+class SFrameUnwinder(gdb.unwinder.Unwinder):
+    """Unwinds frames whose PC only SFrame describes."""
+
+    def __init__(self) -> None:
+        super().__init__("sframe")
+        self.mode = "auto"
+        self._tables: dict[object, ObjfileTable] = {}  # progspace -> table
+        self._dirty: set[object] = set()  # progspaces whose table must be re-read
+        self._reported: set[str] = set()
+        self._busy = False
+        self._walk: _Walk | None = None
+        self._regs: dict[tuple[str, str], Registers] = {}
+        self._pc_handles: dict[object, object] = {}
+        self._no_segment_sframe: set[tuple[str, int]] = set()  # (path, mtime): no PT_GNU_SFRAME
+        self._int_ids = True  # GDB 14+ takes plain ints in frame ids; 13 wants gdb.Values
+
+    # Tables ---------------------------------------------------------------
+
+    def report(self, path: str, text: str) -> None:
+        """One warning per objfile, however many frames hit the problem."""
+        if path in self._reported:
+            return
+        self._reported.add(path)
+        if text.startswith(path):
+            text = text[len(path):].lstrip(": ")
+        warn(f"{path}: {text}")
+
+    def mark_dirty(self, progspace: object = None) -> None:
+        if progspace is None:
+            self._dirty.update(self._tables)
+            self._dirty.add(gdb.current_progspace())
+        else:
+            self._dirty.add(progspace)
+
+    def forget(self, progspace: object) -> None:
+        self._tables.pop(progspace, None)
+        self._dirty.discard(progspace)
+
+    def refresh(self, force: bool = False) -> None:
+        """Re-read the current program space's section table if it changed.
+
+        Runs ``maint info sections``: never call this from the unwinder.
+        """
+        if self._busy:
+            return
+        progspace = gdb.current_progspace()
+        if not force and progspace in self._tables and progspace not in self._dirty:
+            return
+        self._dirty.discard(progspace)
+        wanted = set()
+        for objfile in progspace.objfiles():
+            if objfile.owner is not None or not getattr(objfile, "is_file", True):
+                continue  # separate debug files, the vdso
+            wanted.add(objfile.filename)
+        old = {(e.path, e.sframe_address): e for e in self.tables_entries(progspace)}
+        if not wanted:
+            self._tables[progspace] = ObjfileTable([])
+            return
+        try:
+            text = gdb.execute(SECTIONS_COMMAND, to_string=True)
+        except gdb.error as exc:
+            warn(f"cannot read the section table: {exc}")
+            return
+        table = ObjfileTable.parse(text, wanted, old)
+        found = {e.path for e in table.entries}
+        self._tables[progspace] = table.extended(self._segment_entries(wanted - found, old))
+
+    def _segment_entries(self, paths: set[str], old: dict[tuple[str, int], ObjfileEntry]
+                         ) -> list[ObjfileEntry]:
+        """Entries for objfiles GDB shows no sections of (section headers
+        stripped) whose file has a PT_GNU_SFRAME segment, placed by the
+        process's mappings (``info proc mappings``: live processes and cores)."""
+        candidates = segment_candidates(paths, self._no_segment_sframe)
+        if not candidates:
+            return []
+        try:
+            text = gdb.execute("info proc mappings", to_string=True)
+        except gdb.error:
+            return []  # no process yet, or a target without mappings
+        return segment_entries(candidates, parse_mappings(text), old)
+
+    def tables_entries(self, progspace: object) -> list[ObjfileEntry]:
+        table = self._tables.get(progspace)
+        return table.entries if table else []
+
+    def table(self) -> ObjfileTable | None:
+        return self._tables.get(gdb.current_progspace())
+
+    # Unwinding --------------------------------------------------------------
+
+    def end_walk(self, event: object = None) -> None:
+        """Forget the walk's cached memory (the target ran or was written)."""
+        self._walk = None
+
+    def _regs_for(self, entry: ObjfileEntry, pending_frame, arch: Arch) -> Registers:
+        gdb_arch = pending_frame.architecture()
+        key = (gdb_arch.name(), arch.name)
+        regs = self._regs.get(key)
+        if regs is None:
+            regs = self._regs[key] = Registers(gdb_arch, arch)
+            # GDB keeps one gdb.Architecture per gdbarch: a cheap key for
+            # the PC's register handle (GDB 13 has no PendingFrame.pc()).
+            self._pc_handles[gdb_arch] = regs.pc
+        entry.regs = regs
+        return regs
+
+    def __call__(self, pending_frame):
+        if self.mode == "off" or self._busy:
+            return None
+        self._busy = True
+        try:
+            return self._unwind(pending_frame)
+        except Exception as exc:  # noqa: BLE001 - never a traceback in a backtrace
+            entry = self._last_entry
+            where = entry.path if entry is not None else "unwinder"
+            self.report(where, f"{type(exc).__name__}: {exc} (frame left to gdb)")
+            return None
+        finally:
+            self._busy = False
+
+    _last_entry: ObjfileEntry | None = None
+
+    def _unwind(self, pending_frame):
+        # The hot path of every backtrace: GDB calls it once per frame.
+        self._last_entry = None
+        level = pending_frame.level()
+        walk = self._walk
+        if level == 0 or walk is None:
+            walk = self._walk = _Walk(self.table())
+        pc = pending_frame.pc() if _HAS_PC else int(pending_frame.read_register(
+            self._pc_handles.get(pending_frame.architecture(), "pc")))
+        table = walk.table
+        entry = table.find(pc) if table is not None else None
+        if entry is None or entry.failed:
+            self._note_sigtramp(pending_frame, walk, pc, level)
+            return None
+        self._last_entry = entry
+        interrupted = level == 0 or level in walk.after_sigtramp
+        lookup_pc = pc if interrupted else pc - 1
+        if self.mode == "auto" and entry.covered_by_cfi(self, lookup_pc):
+            return None
+        section = entry.section or entry.sframe(self)
+        if section is None:
+            return None
+        try:
+            row = section.row_at(lookup_pc)
+        except SFrameError as exc:
+            entry.failed = True
+            self.report(entry.path, str(exc))
+            return None
+        arch: Arch = section.arch
+        regs_info = entry.regs or self._regs_for(entry, pending_frame, arch)
+        if row is None:
+            # Not an SFrame PC (no FDE): GDB's own unwinders may know it,
+            # unless it is _start (with FP 0), where they invent callers.
+            self._note_sigtramp(pending_frame, walk, pc, level)
+            if pending_frame.architecture().name() not in _INVENTS_PAST_START:
+                return None
+            return self._outermost(pending_frame, entry, pc, lookup_pc, arch, regs_info)
+        regs: dict[int, int] = {}
+        read_register = pending_frame.read_register
+        cfa_rule = row.cfa
+        key = (cfa_rule.reg if cfa_rule is not None else None, interrupted)
+        for regno, handle in regs_info.wanted.get(key) or regs_info.find_wanted(key):
+            try:
+                regs[regno] = int(read_register(handle))
+            except (gdb.error, ValueError):
+                pass  # not saved by the inner frame's unwinder: unknown here
+        pac_mask = DEFAULT_PAC_MASK
+        if row.ra_signed and regs_info.has_pauth:
+            try:
+                pac_mask = int(read_register("pauth_cmask"))
+            except (gdb.error, ValueError):
+                pass
+        result = caller_registers(row, pc, regs, interrupted, walk.memory, arch, pac_mask)
+        func_start = row.func_start
+        if isinstance(result, Stop):
+            corrupt = result.reason not in NORMAL_ENDS
+            return self._stop(pending_frame, regs.get(arch.sp), func_start, regs_info, corrupt)
+        cfa, caller_pc, caller_regs = result
+        caller_interrupted = row.signal
+        if table is None or not table.is_code(caller_pc if caller_interrupted else caller_pc - 1):
+            # A return address outside all code: the stack is corrupt (or
+            # the code was generated at run time).
+            return self._stop(pending_frame, regs.get(arch.sp), func_start, regs_info, True)
+        info = self._unwind_info(pending_frame, cfa, func_start, regs_info)
+        value = regs_info.value
+        info.add_saved_register(regs_info.pc, value(caller_pc))
+        handle = regs_info.handle
+        for regno, val in caller_regs.items():
+            try:
+                info.add_saved_register(handle(regno), value(val))
+            except ValueError:
+                pass  # a register this GDB architecture does not have
+        if caller_interrupted:
+            walk.after_sigtramp.add(level + 1)
+        return info
+
+    def _outermost(self, pending_frame, entry: ObjfileEntry, pc: int, lookup_pc: int,
+                   arch: Arch, regs_info: Registers):
+        """Claim a frame no row covers when the core says it is the outermost."""
+        def read_fp() -> int | None:
+            try:
+                return int(pending_frame.read_register(regs_info.handle(arch.fp)))
+            except (gdb.error, ValueError):
+                return None
+
+        if entry_stop(pc, lookup_pc, entry.start_function(), read_fp, arch) is None:
+            return None
+        try:
+            sp: int | None = int(pending_frame.read_register(regs_info.handle(arch.sp)))
+        except (gdb.error, ValueError):
+            sp = None
+        return self._stop(pending_frame, sp, pc, regs_info, False)
+
+    def _stop(self, pending_frame, sp: int | None, func_start: int, regs_info: Registers,
+              corrupt: bool):
+        """Claim a frame the rows cannot unwind, so that GDB ends the
+        backtrace with it rather than let a prologue analyzer guess a caller.
+
+        The frame gets no saved PC. Where the stack looks corrupt, its id
+        also lies just below the SP, that is inner to the frame it was
+        called from: GDB (13 and later) then ends the backtrace after it with
+        "Backtrace stopped: previous frame inner to this frame (corrupt
+        stack?)". Where the rows say this is the outermost frame, there is
+        no such line (GDB 15+ still print "frame did not save the PC").
+        """
+        if sp is None:
+            sp = 1
+        return self._unwind_info(pending_frame, sp - 1 if corrupt else sp, func_start, regs_info)
+
+    def _unwind_info(self, pending_frame, sp: int, pc: int, regs_info: Registers):
+        """``create_unwind_info`` with a (CFA, function start) frame id."""
+        if self._int_ids:
+            try:
+                return pending_frame.create_unwind_info(_FrameId(sp, pc))
+            except ValueError:
+                self._int_ids = False  # GDB 13: "frame_id should have 'sp' attribute."
+        return pending_frame.create_unwind_info(_FrameId(regs_info.value(sp), regs_info.value(pc)))
+
+    def _note_sigtramp(self, pending_frame, walk: _Walk, pc: int, level: int) -> None:
+        """Remember that the frame above ``level`` was interrupted by a signal.
+
+        GDB's own sigtramp unwinder handles the trampoline frame (we decline
+        it); its caller's PC is the interrupted instruction, not a return
+        address, so it is looked up at ``pc``, not ``pc - 1``.
+        """
+        arch = _GDB_ARCHES.get(pending_frame.architecture().name())
+        if arch is not None and is_sigreturn(arch, walk.memory, pc):
+            walk.after_sigtramp.add(level + 1)

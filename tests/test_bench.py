@@ -1,0 +1,41 @@
+"""Every benchmark runs, at tiny sizes, so that none can rot unnoticed.
+
+Only that each one runs to the end and prints its ratio is checked: figures
+are for ``python -m bench.NAME`` at full size, never for a test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from helpers import DEBUGGERS, ROOT, missing
+from helpers.gdbtools import GDBS, gdb_version
+
+pytestmark = pytest.mark.slow
+
+# bench module -> (arguments for a tiny run, a line it prints at the end)
+BENCHES = {
+    "bench_lookup": (["--fdes", "300", "--lookups", "300"], "ratio:"),
+    "bench_unwind": (["--depth", "50", "--repeat", "1"], "eh_frame / sframe (warm, same core)"),
+    "bench_gdb": (["--depth", "50", "--repeat", "1", "--steps", "3"], "stepi+bt per instruction"),
+    "bench_lldb": (["--depth", "50"], "ratio provider/native"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BENCHES))
+def test_bench_runs(name: str) -> None:
+    args, last = BENCHES[name]
+    if name == "bench_gdb":
+        gdb = next((path for path in GDBS.values() if gdb_version(path)), None)
+        if gdb is None:
+            missing("no gdb to benchmark (scripts/setup.sh installs them)")
+        args = ["--gdb", gdb, *args]
+    if name == "bench_lldb" and not (DEBUGGERS / "lldb-23").exists():
+        missing(f"{DEBUGGERS / 'lldb-23'} is missing (run scripts/setup.sh)")
+    out = subprocess.run([sys.executable, "-m", f"bench.{name}", *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, f"{name} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
+    assert last in out.stdout, out.stdout
+    assert "Traceback" not in out.stderr, out.stderr
