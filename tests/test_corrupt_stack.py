@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.oracle import gdb_path, sframe
 from helpers.host_programs import HostProgram, build
+from helpers.oracle import gdb_path, sframe
 from test_live import PAUSE_FRAMES, running
 
 KINDS = ["stack", "heap", "data", "unmapped", "noncanonical", "low"]

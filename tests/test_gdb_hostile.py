@@ -15,7 +15,6 @@ frames gdb's heuristics invent from the bad value.
 from __future__ import annotations
 
 import random
-import re
 from pathlib import Path
 
 import pytest
