@@ -13,16 +13,13 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import realprogs as rp  # noqa: E402
-from gdbtools import GDBS, gdb_version  # noqa: E402
+from helpers import realprogs as rp
+from helpers.gdbtools import GDBS, gdb_version
 
 CFI_SECTIONS = (".eh_frame", ".eh_frame_hdr", ".debug_frame")
 BUILDS = [pytest.param(prog, producer, id=f"{prog.name}-{producer}") for prog, producer in rp.builds()]

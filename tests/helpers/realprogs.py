@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gdbtools import Frame, Gdb, parse_bt  # noqa: E402
+from helpers import FIXTURES, Frame
+from helpers.gdbtools import Gdb, parse_bt
 
-DIR = Path(__file__).resolve().parent / "fixtures" / "realprogs"
+DIR = FIXTURES / "realprogs"
 
 # producer directory -> SFrame version its assembler/linker writes
 PRODUCERS = {
