@@ -27,7 +27,7 @@ from sframe_core.unwind import MAX_FRAMES, NORMAL_ENDS, OUTERMOST_ENDS, Frame, S
 from . import registry
 from .target import INVALID, frame_registers, info_for, process_memory, target_key, warn_once
 
-__all__ = ["SFrameFrameProvider", "CLASS_NAME"]
+__all__ = ["SFrameFrameProvider", "CLASS_NAME", "registration_args", "registration_key"]
 
 CLASS_NAME = f"{__name__}.SFrameFrameProvider"
 # (target, thread id) -> the frames of a core file's thread (``precompute``).
@@ -37,6 +37,22 @@ DESCRIPTION = "SFrame unwinder (sframe-gdb): frames where .eh_frame is missing"
 # How many of LLDB's input frames above the take-over point are read (before
 # any frame is returned) to find the frame where the core's walk stopped.
 RESYNC_SEARCH = 256
+
+
+def registration_args(target: lldb.SBTarget) -> lldb.SBStructuredData:
+    """The arguments the provider is registered with: the target's key, which
+    its constructor reads without an SB call that locks (``registration_key``)."""
+    import json
+    data = lldb.SBStructuredData()
+    data.SetFromJSON(json.dumps({"target": str(target_key(target))}))
+    return data
+
+
+def registration_key(args: lldb.SBStructuredData | None) -> str | None:
+    if args is None or not args.IsValid():
+        return None
+    value = args.GetValueForKey("target")
+    return value.GetStringValue(4096) if value.IsValid() else None
 
 
 class SFrameFrameProvider(ScriptedFrameProvider):
@@ -51,14 +67,28 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         return True
 
     def __init__(self, input_frames: lldb.SBFrameList, args: lldb.SBStructuredData) -> None:
-        super().__init__(input_frames, args)
+        # Not ScriptedFrameProvider.__init__: it asks ``if self.thread``
+        # (SBThread.__bool__), which takes the target's API lock. LLDB makes
+        # the provider while it holds the thread's frame-list lock, on
+        # whichever thread first wants the frames (the event-handler thread,
+        # printing a stop); another thread that holds the API lock and waits
+        # for the frame list (an SB call from a command, a script, this
+        # plugin's import) then deadlocks with it (LLDB 23.1.0, issue 12).
+        # So the constructor makes only lock-free calls (SBFrameList.IsValid,
+        # GetThread, SBThread.GetThreadID, SBStructuredData); the process
+        # and target are looked up when a live thread's frames are worked out.
+        valid = input_frames is not None and input_frames.IsValid()
+        self.input_frames = input_frames if valid else None
+        self.args = args
+        self.thread = input_frames.GetThread() if valid else None
+        self.target = None
+        self.process = None
         SFrameFrameProvider.instances += 1
         self._reset()
-        if self.thread is not None and self.target is not None:
+        if self.thread is not None:
             # A core file's frames, found before the provider was registered
             # (see ``precompute``): answered without a single SB call.
-            key = (target_key(self.target), self.thread.GetThreadID())
-            frames = _precomputed.get(key)
+            frames = _precomputed.get((registration_key(args), self.thread.GetThreadID()))
             if frames is not None:
                 self._frames = list(frames)
                 self._done = True
@@ -66,6 +96,10 @@ class SFrameFrameProvider(ScriptedFrameProvider):
 
     _frames: list[int | dict[str, int]]
     _gen: Iterator[int | dict[str, int]] | None
+    input_frames: lldb.SBFrameList | None
+    thread: lldb.SBThread | None
+    target: lldb.SBTarget | None
+    process: lldb.SBProcess | None
 
     def _reset(self) -> None:
         self._frames = []
@@ -103,7 +137,7 @@ class SFrameFrameProvider(ScriptedFrameProvider):
                 frames.append(frame)
         finally:
             registry.in_stop_hook = hooked
-        _precomputed[(target_key(target), thread.GetThreadID())] = tuple(frames)
+        _precomputed[(str(target_key(target)), thread.GetThreadID())] = tuple(frames)
         return [thread.GetFrameAtIndex(f).GetPC() if isinstance(f, int) else f["pc"]
                 for f in frames]
 
@@ -156,7 +190,12 @@ class SFrameFrameProvider(ScriptedFrameProvider):
     # -- the frames ---------------------------------------------------------
 
     def _generate(self) -> Iterator[int | dict[str, int]]:
-        if self.input_frames is None or self.target is None or self.process is None:
+        if self.input_frames is None or self.thread is None:
+            return
+        if self.process is None or self.target is None:
+            process = self.thread.GetProcess()
+            self.process, self.target = process, process.GetTarget()
+        if not self.target.IsValid():
             return
         # Every SB call on LLDB's input frames is made here, before the first
         # frame is returned (while LLDB asks for frame 0). After a frame has
@@ -247,9 +286,10 @@ class SFrameFrameProvider(ScriptedFrameProvider):
     def _scan(self, first: int, limit: int | None) -> list[tuple[int, int]]:
         """(pc, SP) of LLDB's input frames from ``first`` on, at most ``limit``."""
         found: list[tuple[int, int]] = []
+        frames = self.input_frames
         j = first
-        while limit is None or len(found) < limit:
-            frame = self.input_frames.GetFrameAtIndex(j)
+        while frames is not None and (limit is None or len(found) < limit):
+            frame = frames.GetFrameAtIndex(j)
             if not frame.IsValid() or frame.GetPC() == INVALID:
                 break
             found.append((frame.GetPC(), frame.GetSP()))
