@@ -32,12 +32,14 @@ LOWEST_CODE = 4096
 @dataclass(frozen=True, slots=True)
 class Region:
     """``[start, end)`` of the address space; ``executable`` None where not known
-    (a file a core maps, whose permissions the core does not record)."""
+    (a file a core maps, whose permissions the core does not record).
+    ``mapped`` is False for a gap a debugger reports as such."""
 
     start: int
     end: int
     executable: bool | None
     name: str = ""
+    mapped: bool = True
 
 
 class AddressMap:
@@ -49,7 +51,8 @@ class AddressMap:
     :param complete: the regions are everything that is mapped (a core's
         segments, ``/proc/PID/maps``), so an address in none is in no mapping.
     :param find: asked for an address no region covers (a debugger that
-        looks regions up one at a time); its answer is remembered.
+        looks regions up one at a time): the region, one with ``mapped``
+        False for a gap, or None when it cannot tell; remembered per page.
     """
 
     def __init__(self, regions: Iterable[Region] = (), *, complete: bool = False,
@@ -98,11 +101,12 @@ def return_address_problem(address: int, arch: Arch, space: AddressMap | None = 
     if bits is not None and address >> bits:
         return (f"{address:#x} is not a canonical user-space address "
                 f"({arch.name}: below {1 << bits:#x})")
-    if regions:
-        region = regions[0]
+    mapped = [r for r in regions if r.mapped]
+    if mapped:
+        region = mapped[0]
         where = region.name or f"the mapping {region.start:#x}-{region.end:#x}"
         return f"{address:#x} is in {where}, which is not executable"
-    if space is not None and space.complete:
+    if regions or (space is not None and space.complete):
         return f"{address:#x} is in no mapping"
     return None
 
