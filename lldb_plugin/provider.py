@@ -22,7 +22,8 @@ import lldb
 from lldb.plugins.scripted_frame_provider import ScriptedFrameProvider
 
 from sframe_core.abi import Arch
-from sframe_core.unwind import MAX_FRAMES, NORMAL_ENDS, OUTERMOST_ENDS, Frame, Stop, walk
+from sframe_core.backtrace import describe_stop
+from sframe_core.unwind import MAX_FRAMES, NORMAL_ENDS, OUTERMOST_ENDS, Frame, Stop, StopReason, walk
 
 from . import registry
 from .target import INVALID, frame_registers, info_for, process_memory, target_key, warn_once
@@ -251,7 +252,8 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         pending: dict[str, int] | None = None  # ``last`` as a provided frame, not yet returned
         stop: Stop | None = None
         first = True
-        for item in walk(start, info.table, memory, arch):
+        for item in walk(start, info.table, memory, arch,
+                         addresses=info.addresses(self.process, start.regs.get(arch.sp))):
             if isinstance(item, Stop):
                 stop = item
                 break
@@ -270,14 +272,18 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         # The core cannot go on from ``last``. If LLDB's own unwinder has that
         # same frame (same pc and SP), its frames from there on are LLDB's
         # (e.g. libc start code with no unwind info, which LLDB emulates):
-        # pass them through. Otherwise the backtrace ends here.
-        j = _index_of(inputs, last, arch, first=i + 1 if pending is not None else i)
+        # pass them through. Otherwise, and always after a return address
+        # that is no code (LLDB's next frame would be made of it), the
+        # backtrace ends here.
+        j = None if stop.reason is StopReason.BAD_RA else _index_of(
+            inputs, last, arch, first=i + 1 if pending is not None else i)
         if j is None:
             if pending is not None:
                 yield pending
             if stop.reason not in NORMAL_ENDS:
+                frame = idx if pending is not None else idx - 1
                 warn_once(("stop", stop.reason, str(stop)),
-                          f"backtrace ends at frame #{idx if pending is not None else idx - 1}: {stop}")
+                          f"Backtrace stopped: {describe_stop(stop)} (after frame #{frame})")
             return
         if pending is None:
             j += 1  # ``last`` is frame i itself, already passed through

@@ -30,7 +30,7 @@ from .addresses import AddressMap, Region
 from .errors import SFrameError
 from .modules import SOURCES, Mapping, Module, ModuleTable
 from .symbols import Symbolizer
-from .unwind import DEFAULT_PAC_MASK, MAX_FRAMES, NORMAL_ENDS, Frame, Memory, Stop, StopReason, walk
+from .unwind import DEFAULT_PAC_MASK, MAX_FRAMES, Frame, Memory, Stop, StopReason, walk
 
 __all__ = [
     "Target", "FrameLine", "ThreadTrace", "trace_thread", "trace_target", "text_lines",
@@ -187,9 +187,8 @@ class Style:
 
 # gdb's ``thread apply all bt`` look (``sframe backtrace``): every end is said.
 GDB_STYLE = Style("#{index:<2} {where}", "Backtrace stopped: {reason}")
-# LLDB's ``bt`` look (``sframe bt``): only an end that is not normal is said.
-LLDB_STYLE = Style("  {marker} frame #{index}: {where}", "    (backtrace ends: {reason})",
-                   NORMAL_ENDS, "    (no frames: {reason})")
+# LLDB's ``bt`` look (``sframe bt``), and every end said as gdb says it.
+LLDB_STYLE = Style("  {marker} frame #{index}: {where}", "Backtrace stopped: {reason}")
 
 
 def thread_lines(header: str, wheres: Iterable[str], stop: Stop | None, style: Style

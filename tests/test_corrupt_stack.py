@@ -90,3 +90,67 @@ def test_cli_pid(smash: HostProgram, kind: str) -> None:
     found = re.search(r"(0x[0-9a-f]+) is", last)
     assert found, text
     check_tail(text, smash.noeh, kind, int(found.group(1), 16), live=True)
+
+
+# -- LLDB ------------------------------------------------------------------------
+
+LLDB_FRAME = re.compile(r"^\s*\*?\s*frame #(\d+): 0x[0-9a-f]+ smash\.noeh`(\w+)", re.M)
+
+
+def _lldb_tail(text: str, kind: str, bad: int | None, program: Path, *, live: bool,
+               prefix: str, cut: bool = True) -> None:
+    """stop_here, inner, middle, then ``prefix`` and the reason, on its own line."""
+    assert "Traceback" not in text, text
+    # With a core, LLDB's event thread prints a thread status of its own
+    # (frame 0, not marked selected) into a command's output, before or after.
+    if cut:
+        text = text[max(text.rfind("* frame #0:"), 0):]
+        end = text.find("\n", text.find(prefix))
+        text = text[:end if end >= 0 else len(text)]
+    assert [m.group(2) for m in LLDB_FRAME.finditer(text)] == FRAMES, text
+    found = re.search(re.escape(prefix) + r"implausible return address: (0x[0-9a-f]+) is", text)
+    assert found, text
+    value = int(found.group(1), 16) if bad is None else bad
+    line = next(line for line in text.splitlines() if prefix + "implausible" in line)
+    assert re.fullmatch(re.escape(prefix) + "implausible return address: "
+                        + reason(kind, value, program, live=live) + r"( \(after frame #2\))?",
+                        line.strip()), text
+    assert "??" not in text and "0x" + f"{value:016x}" not in text, text
+
+
+@pytest.mark.lldb
+@pytest.mark.parametrize("version", ["21", "22", "23"])
+@pytest.mark.parametrize("kind", ["stack", "unmapped"])
+def test_lldb_sframe_bt_live(smash: HostProgram, version: str, kind: str) -> None:
+    from helpers.lldbtools import command_output, run_lldb
+    out = run_lldb(version, [f"target create {smash.noeh}", "breakpoint set -n stop_here",
+                             f"process launch -- {kind}", "sframe bt"])
+    text = command_output(out, "sframe bt")
+    _lldb_tail(text, kind, None, smash.noeh, live=True, prefix="Backtrace stopped: ")
+    assert text.rstrip().splitlines()[-1].startswith("Backtrace stopped: "), text
+
+
+@pytest.mark.lldb
+@pytest.mark.parametrize("version", ["22", "23"])
+def test_lldb_plain_bt_live(smash: HostProgram, version: str) -> None:
+    """The frame provider: LLDB's own ``bt`` ends at middle, and the plugin
+    says why once, on LLDB's error stream."""
+    from helpers.lldbtools import command_output, run_lldb
+    out = run_lldb(version, [f"target create {smash.noeh}", "breakpoint set -n stop_here",
+                             "process launch -- heap", "bt"])
+    bt = command_output(out, "bt")
+    _lldb_tail(bt, "heap", None, smash.noeh, live=True, prefix="sframe: Backtrace stopped: ",
+               cut=False)
+
+
+@pytest.mark.lldb
+@pytest.mark.gdb
+@pytest.mark.parametrize("version", ["21", "23"])
+@pytest.mark.parametrize("kind", ["stack", "noncanonical"])
+def test_lldb_sframe_bt_core(smash: HostProgram, version: str, kind: str,
+                             tmp_path: Path) -> None:
+    from helpers.lldbtools import command_output, run_lldb
+    core, bad = smashed_core(smash.noeh, kind, tmp_path)
+    out = run_lldb(version, [f"target create {smash.noeh} --core {core}", "sframe bt"])
+    text = command_output(out, "sframe bt")
+    _lldb_tail(text, kind, bad, smash.noeh, live=False, prefix="Backtrace stopped: ")
