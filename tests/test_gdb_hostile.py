@@ -66,11 +66,12 @@ def _targeted(section: SFrameSection) -> list[tuple[str, dict[int, int]]]:
     """Section offset -> new byte, for the mutations probing found harmful."""
     out = [("fixed RA offset +32", {6: 32}), ("fixed RA offset 0", {6: 0}),
            ("fixed FP offset +40", {5: 40})]
-    # FRE start addresses out of order: the second FRE of the first FDE with
-    # three or more, moved past the third.
+    # FRE start addresses out of order (as probing found: f2's FRE 4 at 0x1e,
+    # before FRE 3 at 0x5d), and the second FRE moved past the third.
     for fde in section.iter_fdes():
         fres = section.get_fres(fde)
-        if len(fres) >= 3 and fde.fre_type == 0:  # 1-byte start addresses
+        if len(fres) >= 5 and fde.fre_type == 0:  # 1-byte start addresses
+            out.append((f"FDE {fde.index}: FRE 4 before FRE 3", {fres[4].offset: 0x1E}))
             out.append((f"FDE {fde.index}: FRE 1 after FRE 2", {fres[1].offset: 0xF0}))
             break
     return out
@@ -123,8 +124,10 @@ def test_mutated_sframe(gdb_path: str, tmp_path: Path) -> None:
                 twins[twin] = _twin_pcs(g, twin)
             text = g.cmd(f"file {mutant}") + g.cmd("run")
             first = g.cmd("bt")
-            text += first + g.cmd("bt") + g.cmd("info sframe") + g.cmd("info sframe $pc")
-            text += g.cmd("sframe lookup $pc") + g.cmd("kill")
+            text += first + g.cmd("bt") + g.cmd("info sframe") + g.cmd("sframe lookup $pc")
+            for level in range(len(parse_bt(first))):  # the row of every frame shown
+                text += g.cmd(f"frame {level}") + g.cmd("info sframe $pc")
+            text += g.cmd("kill")
             context = f"{what}:\n{text}"
             _no_python_errors(context)
             assert text.count("warning: sframe: ") <= 1, context
