@@ -124,9 +124,10 @@ def _last_backtrace(text: str) -> str:
     """The backtrace in ``text`` from its selected frame 0 on: with a core,
     LLDB's event thread prints a thread status of its own (frame 0, not
     marked selected) when the provider is registered, and it can land inside
-    the next command's output."""
+    the next command's output, before the backtrace or after it."""
     start = max(text.rfind("* frame #0:"), 0)
-    return text[start:]
+    end = text.find("* thread #", start)  # ... or after it
+    return text[start:end if end >= 0 else len(text)]
 
 
 CORE_22 = ("sframe: core file: plain 'bt' is not changed with this LLDB "
