@@ -165,3 +165,38 @@ def test_smashed_return_address(gdb_path: str, smash: HostProgram, kind: str) ->
         _no_python_errors(text)
         assert [f.name for f in parse_bt(text)] == ["stop_here", "inner", "middle"], text
         assert text.rstrip().splitlines()[-1] == INNER, text
+
+
+def test_return_into_the_stack(gdb_path: str, smash: HostProgram) -> None:
+    """middle returns through a stack address (SIGSEGV there, frame 0 in the
+    stack) with a non-canonical word at SP: the plugin claims frame 0 and
+    ends the backtrace; without it GDB's heuristics read garbage frames."""
+    with Gdb(gdb_path, plugin=False, disable_prologue=False,
+             args=["--args", str(smash.twin), "jump"]) as g:
+        g.cmd("run")
+        text = g.cmd("bt 4")
+        assert [f.pc for f in parse_bt(text)][1:3] == [0x0202020202020202] * 2, text
+    with Gdb(gdb_path, disable_prologue=False, args=["--args", str(smash.noeh), "jump"]) as g:
+        g.cmd("run")
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        frames = parse_bt(text)
+        assert len(frames) == 1 and frames[0].name == "??", text
+        assert text.rstrip().splitlines()[-1] == SAME, text
+
+
+def test_call_through_null_is_left_to_gdb(gdb_path: str, smash: HostProgram) -> None:
+    """A call through a null pointer: frame 0 at pc 0, the caller's return
+    address at SP. GDB's heuristics find the caller, as they do without the
+    plugin on the twin: the plugin leaves frame 0 to them and unwinds on."""
+    def frames(program: Path, plugin: bool) -> list[tuple[int | None, str | None]]:
+        with Gdb(gdb_path, plugin=plugin, disable_prologue=False,
+                 args=["--args", str(program), "call0"]) as g:
+            g.cmd("run")
+            text = g.cmd("bt")
+            _no_python_errors(text)
+            return [(f.pc, f.name) for f in parse_bt(text)]
+
+    want = frames(smash.twin, False)
+    assert [name for _, name in want][:4] == ["??", "middle", "outer", "main"], want
+    assert frames(smash.noeh, True) == want
