@@ -127,7 +127,6 @@ def test_lldb_sframe_bt_live(smash: HostProgram, version: str, kind: str) -> Non
                              f"process launch -- {kind}", "sframe bt"])
     text = command_output(out, "sframe bt")
     _lldb_tail(text, kind, None, smash.noeh, live=True, prefix="Backtrace stopped: ")
-    assert text.rstrip().splitlines()[-1].startswith("Backtrace stopped: "), text
 
 
 @pytest.mark.lldb

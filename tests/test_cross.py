@@ -251,7 +251,7 @@ def core_oracle(entry: Entry, mode: str, tmp_path: Path) -> Trace:
         cmd = [lldb, "--no-lldbinit", "-b",
                "-o", f"settings set target.process.virtual-addressable-bits {AARCH64_VA_BITS}",
                "-o", f"target create {twin} --core {core}", "-o", "bt"]
-        from qemutools import repro, run
+        from helpers.qemutools import repro, run
         proc = run(cmd, cwd=tmp_path)
         return lldb_oracle_frames(proc.stdout + proc.stderr), repro(cmd, tmp_path)
 
