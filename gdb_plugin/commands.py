@@ -7,6 +7,9 @@ defined again, so sourcing the loader twice is harmless).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import gdb
 
 from sframe_core.describe import lookup_text
@@ -31,6 +34,20 @@ def _parse_address(arg: str) -> int:
         raise gdb.GdbError(str(exc)) from None
 
 
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    """Whatever the bytes of a section say, a command fails with one line
+    (``gdb.GdbError``), never "Python Exception ..." and a traceback."""
+    try:
+        yield
+    except gdb.GdbError:
+        raise
+    except SFrameError as exc:
+        raise gdb.GdbError(f"sframe: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a bug: still one line
+        raise gdb.GdbError(f"sframe: internal error: {type(exc).__name__}: {exc}") from None
+
+
 def _lookup_lines(plugin: SFrameUnwinder, address: int) -> list[str]:
     plugin.refresh()
     table = plugin.table()
@@ -40,17 +57,18 @@ def _lookup_lines(plugin: SFrameUnwinder, address: int) -> list[str]:
     section = entry.sframe(plugin)
     if section is None:
         raise gdb.GdbError(f"sframe: {entry.path}: .sframe unusable (see the warning above)")
+    head = f"{entry.path}: SFrame v{section.version}"
     try:
         hit = section.lookup(address)
+        if hit is None:
+            fde = section.find_fde(address)
+            if fde is None:
+                return [head, f"address 0x{address:x} is not covered by any FDE"]
+            return [head,
+                    f"address 0x{address:x} is in FDE [{fde.index}] but before its first FRE"]
+        lines = lookup_text(section, hit, pc=address)
     except SFrameError as exc:
         raise gdb.GdbError(f"sframe: {entry.path}: {exc}") from None
-    head = f"{entry.path}: SFrame v{section.version}"
-    if hit is None:
-        fde = section.find_fde(address)
-        if fde is None:
-            return [head, f"address 0x{address:x} is not covered by any FDE"]
-        return [head, f"address 0x{address:x} is in FDE [{fde.index}] but before its first FRE"]
-    lines = lookup_text(section, hit, pc=address)
     if entry.has_eh_frame and entry.covered_by_cfi(plugin, address):
         lines.append(f"(.eh_frame also covers this address: the sframe unwinder "
                      f"{'uses SFrame here' if plugin.mode == 'always' else 'leaves it to gdb'} "
@@ -91,8 +109,9 @@ of the shell command `sframe lookup'."""
         self.plugin = plugin
 
     def invoke(self, arg: str, from_tty: bool) -> None:
-        for line in _lookup_lines(self.plugin, _parse_address(arg)):
-            gdb.write(line + "\n")
+        with _one_line_errors():
+            for line in _lookup_lines(self.plugin, _parse_address(arg)):
+                gdb.write(line + "\n")
 
 
 class InfoSFrame(gdb.Command):
@@ -108,6 +127,10 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
         self.plugin = plugin
 
     def invoke(self, arg: str, from_tty: bool) -> None:
+        with _one_line_errors():
+            self._invoke(arg)
+
+    def _invoke(self, arg: str) -> None:
         if arg.strip():
             for line in _lookup_lines(self.plugin, _parse_address(arg)):
                 gdb.write(line + "\n")

@@ -41,6 +41,7 @@ def connect(plugin: SFrameUnwinder) -> None:
 
     def on_anything(event=None) -> None:
         plugin.mark_dirty(None)
+        plugin.forget_frames()
 
     def on_stop(event=None) -> None:
         plugin.end_walk()
@@ -58,9 +59,9 @@ def connect(plugin: SFrameUnwinder) -> None:
         ("executable_changed", on_anything),  # GDB 14+
         ("corefile_changed", on_anything),  # GDB 18
         ("exited", on_anything),
-        ("cont", plugin.end_walk),
-        ("memory_changed", plugin.end_walk),
-        ("register_changed", plugin.end_walk),
+        ("cont", plugin.forget_frames),
+        ("memory_changed", plugin.forget_frames),
+        ("register_changed", plugin.forget_frames),
         ("stop", on_stop),
         ("before_prompt", on_stop),
     ]

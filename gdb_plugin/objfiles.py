@@ -20,6 +20,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Protocol
 
+from sframe_core.addresses import Region
 from sframe_core.elf import ElfSFrame, read_elf
 from sframe_core.errors import SFrameError
 from sframe_core.modules import Mapping, Module, load_bias
@@ -29,11 +30,14 @@ if TYPE_CHECKING:
 
     from .unwinder import Registers
 
-__all__ = ["ObjfileEntry", "ObjfileTable", "Reporter", "SECTIONS_COMMAND", "parse_mappings",
-           "segment_candidates", "segment_entries"]
+__all__ = ["ObjfileEntry", "ObjfileTable", "Reporter", "SECTIONS_COMMAND", "CORE_COMMAND",
+           "parse_mappings", "parse_core_regions", "segment_candidates", "segment_entries"]
 
 # The command whose output ObjfileTable.parse reads.
 SECTIONS_COMMAND = "maint info sections -all-objects .sframe .text .eh_frame .debug_frame CODE"
+# With a core file loaded: its segments (GDB's ``loadN`` sections, CODE where
+# PF_X), whose output parse_core_regions reads.
+CORE_COMMAND = "maint info sections ALLOC"
 
 _HEADER = re.compile(r"^(Exec file|Object file|Core file): [`'](.*)', file type")
 # A line of `info proc mappings`: start, end, size, offset, [perms,] objfile.
@@ -114,8 +118,11 @@ class ObjfileEntry:
 class ObjfileTable:
     """PC -> ``ObjfileEntry`` for one program space, parsed from GDB's section list."""
 
-    def __init__(self, entries: list[ObjfileEntry], code: list[tuple[int, int]] | None = None) -> None:
+    def __init__(self, entries: list[ObjfileEntry], code: list[tuple[int, int]] | None = None,
+                 core: list[Region] | None = None) -> None:
         self.entries = entries
+        # A core file's segments: with them, every mapping of the process is known.
+        self.core = core or []
         # The code sections of every objfile (with SFrame or not, the vdso
         # included): a return address outside them ends the backtrace.
         self.code = sorted(code or [])
@@ -182,7 +189,33 @@ class ObjfileTable:
         """This table with the entries of section-less objfiles added."""
         if not extra:
             return self
-        return ObjfileTable(self.entries + extra, self.code + [span for e in extra for span in e.code])
+        return ObjfileTable(self.entries + extra, self.code + [span for e in extra for span in e.code],
+                            self.core)
+
+    def with_core(self, core: list[Region]) -> ObjfileTable:
+        return ObjfileTable(self.entries, self.code, core)
+
+    @staticmethod
+    def has_core(text: str) -> bool:
+        """Does the output of ``SECTIONS_COMMAND`` show a core file?"""
+        return any(m.group(1) == "Core file" for m in map(_HEADER.match, text.splitlines()) if m)
+
+
+def parse_core_regions(text: str) -> list[Region]:
+    """The core file's segments in the output of ``CORE_COMMAND``."""
+    regions = []
+    in_core = False
+    for line in text.splitlines():
+        m = _HEADER.match(line)
+        if m:
+            in_core = m.group(1) == "Core file"
+            continue
+        m = _SECTION.match(line)
+        if m and in_core and "ALLOC" in m.group(4):
+            lo, hi = int(m.group(1), 16), int(m.group(2), 16)
+            if hi > lo:
+                regions.append(Region(lo, hi, "CODE" in m.group(4)))
+    return regions
 
 
 def parse_mappings(text: str) -> list[Mapping]:

@@ -32,6 +32,7 @@ import gdb
 import gdb.unwinder
 
 from sframe_core.abi import AARCH64_LE, AMD64, Arch
+from sframe_core.addresses import AddressMap, Region, regions_from_maps, return_address_problem
 from sframe_core.errors import SFrameError
 from sframe_core.memory import PageCache
 from sframe_core.norow import entry_stop, is_sigreturn
@@ -40,9 +41,11 @@ from sframe_core.section import SFrameSection
 from sframe_core.unwind import DEFAULT_PAC_MASK, NORMAL_ENDS, Stop, caller_registers
 
 from .objfiles import (
+    CORE_COMMAND,
     SECTIONS_COMMAND,
     ObjfileEntry,
     ObjfileTable,
+    parse_core_regions,
     parse_mappings,
     segment_candidates,
     segment_entries,
@@ -215,7 +218,7 @@ class _Walk:
     """
 
     __slots__ = ("table", "memory", "after_sigtramp", "first_level", "handed", "handed_level",
-                 "handed_sp", "values")
+                 "handed_sp", "values", "_addresses")
 
     def __init__(self, table: ObjfileTable | None, first_level: int = 0) -> None:
         self.table = table
@@ -234,6 +237,41 @@ class _Walk:
         self.handed_sp: int | None = None  # and the SP handed with them
         # gdb.Value by integer: a deep recursion hands the same values again and again.
         self.values: dict[int, object] = {}
+        self._addresses: AddressMap | None = None
+
+    @property
+    def addresses(self) -> AddressMap:
+        """What is mapped where, for ``return_address_problem``: the code of
+        every objfile; a core's segments, or a live native process's
+        ``/proc/PID/maps`` (read once per walk, and only for an address
+        outside all objfile code)."""
+        if self._addresses is None:
+            table = self.table
+            regions = [Region(lo, hi, True) for lo, hi in table.code] if table else []
+            core = table.core if table else []
+            find = None if core else _live_regions(gdb.selected_inferior())
+            self._addresses = AddressMap(regions + core, complete=bool(core), find=find)
+        return self._addresses
+
+
+def _live_regions(inferior):
+    """``find`` for an AddressMap over a live process on this machine, or None."""
+    connection = getattr(inferior, "connection", None)  # GDB 12+
+    if not inferior.pid or connection is None or getattr(connection, "type", "") != "native":
+        return None
+    pid = inferior.pid
+    maps: list[AddressMap] = []
+
+    def find(address: int) -> Region | None:
+        if not maps:
+            try:
+                with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as stream:
+                    maps.append(AddressMap(regions_from_maps(stream.read()), complete=True))
+            except OSError:
+                return None
+        hits = maps[0].regions_at(address)
+        return hits[0] if hits else Region(address, address + 1, False, mapped=False)
+    return find
 
 
 class SFrameUnwinder(gdb.unwinder.Unwinder):
@@ -251,6 +289,9 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         self._pc_handles: dict[object, object] = {}
         self._no_segment_sframe: set[tuple[str, int]] = set()  # (path, mtime): no PT_GNU_SFRAME
         self._int_ids = True  # GDB 14+ takes plain ints in frame ids; 13 wants gdb.Values
+        # (pc, SP) of a level-0 frame claimed without a caller: its level-1
+        # echo gets the same frame id (see ``_stop``).
+        self._echo: tuple[int, int, int] | None = None  # (pc, SP, function start)
 
     # Tables ---------------------------------------------------------------
 
@@ -300,6 +341,12 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             warn(f"cannot read the section table: {exc}")
             return
         table = ObjfileTable.parse(text, wanted, old)
+        if ObjfileTable.has_core(text):
+            try:
+                table = table.with_core(parse_core_regions(gdb.execute(CORE_COMMAND,
+                                                                       to_string=True)))
+            except gdb.error:
+                pass
         found = {e.path for e in table.entries}
         self._tables[progspace] = table.extended(self._segment_entries(wanted - found, old))
 
@@ -327,19 +374,17 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
     # Unwinding --------------------------------------------------------------
 
     def end_walk(self, event: object = None) -> None:
-        """Forget the walk's cached memory (the target ran or was written)."""
+        """Forget the walk's cached memory (a stop, a prompt)."""
         self._walk = None
 
+    def forget_frames(self, event: object = None) -> None:
+        """The target ran or was written: GDB's frames are gone, and what
+        this unwinder knew of them too."""
+        self._walk = None
+        self._echo = None
+
     def _regs_for(self, entry: ObjfileEntry, pending_frame, arch: Arch) -> Registers:
-        gdb_arch = pending_frame.architecture()
-        key = (gdb_arch.name(), arch.name)
-        regs = self._regs.get(key)
-        if regs is None:
-            regs = self._regs[key] = Registers(gdb_arch, arch)
-            # GDB keeps one gdb.Architecture per gdbarch: a cheap key for
-            # the PC's register handle (GDB 13 has no PendingFrame.pc()).
-            self._pc_handles[gdb_arch] = regs.pc
-        entry.regs = regs
+        regs = entry.regs = self._regs_for_arch(pending_frame, arch)
         return regs
 
     def __call__(self, pending_frame):
@@ -367,10 +412,16 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             walk = self._walk = _Walk(self.table(), level)
         pc = pending_frame.pc() if _HAS_PC else int(pending_frame.read_register(
             self._pc_handles.get(pending_frame.architecture(), "pc")))
+        if level == 1 and self._echo is not None and self._echo[0] == pc:
+            echo = self._echo_of(pending_frame, pc)
+            if echo is not None:
+                return echo
         table = walk.table
         entry = table.find(pc) if table is not None else None
         if entry is None or entry.failed:
             self._note_sigtramp(pending_frame, walk, pc, level)
+            if entry is None:
+                return self._not_code(pending_frame, walk, pc, level)
             return None
         self._last_entry = entry
         section = entry.section or entry.sframe(self)
@@ -379,6 +430,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             and section is not None and not _after_call(section, pc))
         lookup_pc = pc if interrupted else pc - 1
         if self.mode == "auto" and entry.covered_by_cfi(self, lookup_pc):
+            self._note_sigtramp(pending_frame, walk, pc, level)
             return None
         if section is None:
             return None
@@ -416,13 +468,15 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         func_start = row.func_start
         if isinstance(result, Stop):
             corrupt = result.reason not in NORMAL_ENDS
-            return self._stop(pending_frame, regs.get(arch.sp), func_start, regs_info, corrupt)
+            return self._stop(pending_frame, pc, regs.get(arch.sp), func_start, regs_info,
+                              corrupt, level)
         cfa, caller_pc, caller_regs = result
         caller_interrupted = row.signal
-        if table is None or not table.is_code(caller_pc if caller_interrupted else caller_pc - 1):
-            # A return address outside all code: the stack is corrupt (or
-            # the code was generated at run time).
-            return self._stop(pending_frame, regs.get(arch.sp), func_start, regs_info, True)
+        if not caller_interrupted and return_address_problem(caller_pc, arch, walk.addresses):
+            # A return address that cannot be one (sframe_core.addresses):
+            # the stack is corrupt.
+            return self._stop(pending_frame, pc, regs.get(arch.sp), func_start, regs_info, True,
+                              level)
         info = self._unwind_info(pending_frame, cfa, func_start, regs_info)
         value = regs_info.value
         info.add_saved_register(regs_info.pc, value(caller_pc))
@@ -491,23 +545,95 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             sp: int | None = int(pending_frame.read_register(regs_info.handle(arch.sp)))
         except (gdb.error, ValueError):
             sp = None
-        return self._stop(pending_frame, sp, pc, regs_info, False)
+        return self._stop(pending_frame, pc, sp, pc, regs_info, False, pending_frame.level())
 
-    def _stop(self, pending_frame, sp: int | None, func_start: int, regs_info: Registers,
-              corrupt: bool):
+    def _stop(self, pending_frame, pc: int, sp: int | None, func_start: int,
+              regs_info: Registers, corrupt: bool, level: int):
         """Claim a frame the rows cannot unwind, so that GDB ends the
         backtrace with it rather than let a prologue analyzer guess a caller.
 
-        The frame gets no saved PC. Where the stack looks corrupt, its id
-        also lies just below the SP, that is inner to the frame it was
-        called from: GDB (13 and later) then ends the backtrace after it with
-        "Backtrace stopped: previous frame inner to this frame (corrupt
-        stack?)". Where the rows say this is the outermost frame, there is
-        no such line (GDB 15+ still print "frame did not save the PC").
+        Above level 0 the frame gets no saved PC. Where the stack looks
+        corrupt, its id also lies just below the SP, that is inner to the
+        frame it was called from: GDB (13 and later) then ends the backtrace
+        after it with "Backtrace stopped: previous frame inner to this frame
+        (corrupt stack?)". Where the rows say this is the outermost frame,
+        there is no such line (GDB 15+ still print "frame did not save the
+        PC").
+
+        At level 0 no frame is inner to it, and a frame without a saved PC
+        makes GDB 13 and 14 raise "PC not saved" through their own Python
+        code (``bt`` prints "Python Exception <class 'gdb.error'>"). There
+        the caller is the frame itself, same registers and same frame id
+        (``_echo_of``): GDB drops it and ends the backtrace at frame 0 (for
+        a corrupt stack with "previous frame identical to this frame
+        (corrupt stack?)").
         """
         if sp is None:
             sp = 1
-        return self._unwind_info(pending_frame, sp - 1 if corrupt else sp, func_start, regs_info)
+        if level != 0:
+            return self._unwind_info(pending_frame, sp - 1 if corrupt else sp, func_start,
+                                     regs_info)
+        self._echo = (pc, sp, func_start)
+        info = self._unwind_info(pending_frame, sp, func_start, regs_info)
+        info.add_saved_register(regs_info.pc, regs_info.value(pc))
+        info.add_saved_register(regs_info.handle(regs_info.arch.sp), regs_info.value(sp))
+        return info
+
+    def _echo_of(self, pending_frame, pc: int):
+        """The level-1 echo of a level-0 frame ``_stop`` claimed: the same id."""
+        assert self._echo is not None
+        _, sp, func_start = self._echo
+        arch = _GDB_ARCHES.get(pending_frame.architecture().name())
+        if arch is None:
+            return None
+        regs_info = self._regs_for_arch(pending_frame, arch)
+        try:
+            if int(pending_frame.read_register(regs_info.handle(arch.sp))) != sp:
+                return None
+        except (gdb.error, ValueError):
+            return None
+        return self._unwind_info(pending_frame, sp, func_start, regs_info)
+
+    def _not_code(self, pending_frame, walk: _Walk, pc: int, level: int):
+        """A frame whose PC is in no objfile with SFrame. Where that PC cannot
+        be code (``return_address_problem``: the stack, the heap, nothing, a
+        non-canonical or tiny value), whoever unwound to it was fooled by a
+        corrupt stack: claim the frame and end the backtrace with it, rather
+        than let GDB's heuristics read callers off the stack. At level 0 (a
+        jump or a return into nonsense) only when the word at SP is no return
+        address either: after a call through a bad pointer it is the caller's,
+        which GDB's heuristics find. Anything else is left to GDB."""
+        arch = _GDB_ARCHES.get(pending_frame.architecture().name())
+        if arch is None or level in walk.after_sigtramp:
+            # (A frame a signal interrupted at such a PC, whose trampoline this
+            # walk did not see, is still shown; only its callers are not.)
+            return None
+        addresses = walk.addresses
+        if return_address_problem(pc, arch, addresses) is None:
+            return None
+        regs_info = self._regs_for_arch(pending_frame, arch)
+        try:
+            sp = int(pending_frame.read_register(regs_info.handle(arch.sp)))
+        except (gdb.error, ValueError):
+            return None
+        if level == 0:
+            word = walk.memory.read(sp, 8)
+            if arch.ra_reg is not None or word is None or return_address_problem(
+                    int.from_bytes(word, "big" if arch.big_endian else "little"), arch,
+                    addresses) is None:
+                return None
+        return self._stop(pending_frame, pc, sp, pc, regs_info, True, level)
+
+    def _regs_for_arch(self, pending_frame, arch: Arch) -> Registers:
+        gdb_arch = pending_frame.architecture()
+        key = (gdb_arch.name(), arch.name)
+        regs = self._regs.get(key)
+        if regs is None:
+            regs = self._regs[key] = Registers(gdb_arch, arch)
+            # GDB keeps one gdb.Architecture per gdbarch: a cheap key for
+            # the PC's register handle (GDB 13 has no PendingFrame.pc()).
+            self._pc_handles[gdb_arch] = regs.pc
+        return regs
 
     def _unwind_info(self, pending_frame, sp: int, pc: int, regs_info: Registers):
         """``create_unwind_info`` with a (CFA, function start) frame id."""

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import lldb
 
-from sframe_core.backtrace import LLDB_STYLE, thread_lines
+from sframe_core.backtrace import LLDB_STYLE, explain_stop, thread_lines
 from sframe_core.describe import describe_row, lookup_text
 from sframe_core.errors import SFrameError
 from sframe_core.unwind import Frame, Stop, StopReason, walk
@@ -107,7 +107,9 @@ def walk_thread(thread: lldb.SBThread, info: TargetInfo) -> Iterator[Frame | Sto
     if start is None:
         yield Stop(StopReason.REGISTER_UNKNOWN, "no frame 0")
         return
-    yield from walk(start, info.table, process_memory(thread.GetProcess()), info.arch)
+    process = thread.GetProcess()
+    yield from walk(start, info.table, process_memory(process), info.arch,
+                    addresses=info.addresses(process, start.regs.get(info.arch.sp)))
 
 
 def _thread_header(thread: lldb.SBThread, selected: bool) -> str:
@@ -124,12 +126,14 @@ def backtrace_lines(thread: lldb.SBThread, target: lldb.SBTarget, info: TargetIn
                     count: int | None, selected: bool) -> list[str]:
     wheres: list[str] = []
     stop: Stop | None = None
+    last: Frame | None = None
     for item in walk_thread(thread, info):
         if isinstance(item, Stop):
-            stop = item
+            stop = item if last is None else explain_stop(item, last, info.table)
             break
         if count is not None and len(wheres) >= count:
             break
+        last = item
         # A return address is resolved at pc - 1; an interrupted pc, and the
         # start of a signal trampoline (its FDE starts a byte early), at pc.
         caller = not item.interrupted and not (item.row is not None and item.row.signal)

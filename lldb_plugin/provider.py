@@ -22,12 +22,13 @@ import lldb
 from lldb.plugins.scripted_frame_provider import ScriptedFrameProvider
 
 from sframe_core.abi import Arch
-from sframe_core.unwind import MAX_FRAMES, NORMAL_ENDS, OUTERMOST_ENDS, Frame, Stop, walk
+from sframe_core.backtrace import describe_stop
+from sframe_core.unwind import MAX_FRAMES, NORMAL_ENDS, OUTERMOST_ENDS, Frame, Stop, StopReason, walk
 
 from . import registry
 from .target import INVALID, frame_registers, info_for, process_memory, target_key, warn_once
 
-__all__ = ["SFrameFrameProvider", "CLASS_NAME"]
+__all__ = ["SFrameFrameProvider", "CLASS_NAME", "registration_args", "registration_key"]
 
 CLASS_NAME = f"{__name__}.SFrameFrameProvider"
 # (target, thread id) -> the frames of a core file's thread (``precompute``).
@@ -37,6 +38,22 @@ DESCRIPTION = "SFrame unwinder (sframe-gdb): frames where .eh_frame is missing"
 # How many of LLDB's input frames above the take-over point are read (before
 # any frame is returned) to find the frame where the core's walk stopped.
 RESYNC_SEARCH = 256
+
+
+def registration_args(target: lldb.SBTarget) -> lldb.SBStructuredData:
+    """The arguments the provider is registered with: the target's key, which
+    its constructor reads without an SB call that locks (``registration_key``)."""
+    import json
+    data = lldb.SBStructuredData()
+    data.SetFromJSON(json.dumps({"target": str(target_key(target))}))
+    return data
+
+
+def registration_key(args: lldb.SBStructuredData | None) -> str | None:
+    if args is None or not args.IsValid():
+        return None
+    value = args.GetValueForKey("target")
+    return value.GetStringValue(4096) if value.IsValid() else None
 
 
 class SFrameFrameProvider(ScriptedFrameProvider):
@@ -51,14 +68,28 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         return True
 
     def __init__(self, input_frames: lldb.SBFrameList, args: lldb.SBStructuredData) -> None:
-        super().__init__(input_frames, args)
+        # Not ScriptedFrameProvider.__init__: it asks ``if self.thread``
+        # (SBThread.__bool__), which takes the target's API lock. LLDB makes
+        # the provider while it holds the thread's frame-list lock, on
+        # whichever thread first wants the frames (the event-handler thread,
+        # printing a stop); another thread that holds the API lock and waits
+        # for the frame list (an SB call from a command, a script, this
+        # plugin's import) then deadlocks with it (LLDB 23.1.0, issue 12).
+        # So the constructor makes only lock-free calls (SBFrameList.IsValid,
+        # GetThread, SBThread.GetThreadID, SBStructuredData); the process
+        # and target are looked up when a live thread's frames are worked out.
+        valid = input_frames is not None and input_frames.IsValid()
+        self.input_frames = input_frames if valid else None
+        self.args = args
+        self.thread = input_frames.GetThread() if valid else None
+        self.target = None
+        self.process = None
         SFrameFrameProvider.instances += 1
         self._reset()
-        if self.thread is not None and self.target is not None:
+        if self.thread is not None:
             # A core file's frames, found before the provider was registered
             # (see ``precompute``): answered without a single SB call.
-            key = (target_key(self.target), self.thread.GetThreadID())
-            frames = _precomputed.get(key)
+            frames = _precomputed.get((registration_key(args), self.thread.GetThreadID()))
             if frames is not None:
                 self._frames = list(frames)
                 self._done = True
@@ -66,6 +97,10 @@ class SFrameFrameProvider(ScriptedFrameProvider):
 
     _frames: list[int | dict[str, int]]
     _gen: Iterator[int | dict[str, int]] | None
+    input_frames: lldb.SBFrameList | None
+    thread: lldb.SBThread | None
+    target: lldb.SBTarget | None
+    process: lldb.SBProcess | None
 
     def _reset(self) -> None:
         self._frames = []
@@ -103,7 +138,7 @@ class SFrameFrameProvider(ScriptedFrameProvider):
                 frames.append(frame)
         finally:
             registry.in_stop_hook = hooked
-        _precomputed[(target_key(target), thread.GetThreadID())] = tuple(frames)
+        _precomputed[(str(target_key(target)), thread.GetThreadID())] = tuple(frames)
         return [thread.GetFrameAtIndex(f).GetPC() if isinstance(f, int) else f["pc"]
                 for f in frames]
 
@@ -156,7 +191,12 @@ class SFrameFrameProvider(ScriptedFrameProvider):
     # -- the frames ---------------------------------------------------------
 
     def _generate(self) -> Iterator[int | dict[str, int]]:
-        if self.input_frames is None or self.target is None or self.process is None:
+        if self.input_frames is None or self.thread is None:
+            return
+        if self.process is None or self.target is None:
+            process = self.thread.GetProcess()
+            self.process, self.target = process, process.GetTarget()
+        if not self.target.IsValid():
             return
         # Every SB call on LLDB's input frames is made here, before the first
         # frame is returned (while LLDB asks for frame 0). After a frame has
@@ -212,7 +252,8 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         pending: dict[str, int] | None = None  # ``last`` as a provided frame, not yet returned
         stop: Stop | None = None
         first = True
-        for item in walk(start, info.table, memory, arch):
+        for item in walk(start, info.table, memory, arch,
+                         addresses=info.addresses(self.process, start.regs.get(arch.sp))):
             if isinstance(item, Stop):
                 stop = item
                 break
@@ -231,14 +272,18 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         # The core cannot go on from ``last``. If LLDB's own unwinder has that
         # same frame (same pc and SP), its frames from there on are LLDB's
         # (e.g. libc start code with no unwind info, which LLDB emulates):
-        # pass them through. Otherwise the backtrace ends here.
-        j = _index_of(inputs, last, arch, first=i + 1 if pending is not None else i)
+        # pass them through. Otherwise, and always after a return address
+        # that is no code (LLDB's next frame would be made of it), the
+        # backtrace ends here.
+        j = None if stop.reason is StopReason.BAD_RA else _index_of(
+            inputs, last, arch, first=i + 1 if pending is not None else i)
         if j is None:
             if pending is not None:
                 yield pending
             if stop.reason not in NORMAL_ENDS:
+                frame = idx if pending is not None else idx - 1
                 warn_once(("stop", stop.reason, str(stop)),
-                          f"backtrace ends at frame #{idx if pending is not None else idx - 1}: {stop}")
+                          f"Backtrace stopped: {describe_stop(stop)} (after frame #{frame})")
             return
         if pending is None:
             j += 1  # ``last`` is frame i itself, already passed through
@@ -247,9 +292,10 @@ class SFrameFrameProvider(ScriptedFrameProvider):
     def _scan(self, first: int, limit: int | None) -> list[tuple[int, int]]:
         """(pc, SP) of LLDB's input frames from ``first`` on, at most ``limit``."""
         found: list[tuple[int, int]] = []
+        frames = self.input_frames
         j = first
-        while limit is None or len(found) < limit:
-            frame = self.input_frames.GetFrameAtIndex(j)
+        while frames is not None and (limit is None or len(found) < limit):
+            frame = frames.GetFrameAtIndex(j)
             if not frame.IsValid() or frame.GetPC() == INVALID:
                 break
             found.append((frame.GetPC(), frame.GetSP()))

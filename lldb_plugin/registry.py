@@ -9,9 +9,10 @@ initial stop, before the first user-visible stop, which matters on 22.1.0:
 there a provider registered while stopped only takes effect at the next stop.
 For a core file the frames are worked out before the provider is registered
 (at the stop-hook as the core loads, or at import) and the provider only
-hands them out; where LLDB then shows other frames the provider is removed
-again. LLDB 22.1.0 gets no provider for cores (its frame lists race there):
-``sframe bt`` is the way.
+hands them out, making no SB call that takes the target's API lock (see
+``SFrameFrameProvider.__init__``: LLDB 23 deadlocked otherwise). LLDB 22.1.0
+gets no provider for cores (its frame lists race there): ``sframe bt`` is
+the way.
 """
 
 from __future__ import annotations
@@ -108,10 +109,8 @@ def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
         # are worked out here, first, and the provider only hands them out.
         from .provider import SFrameFrameProvider
         process = target.GetProcess()
-        expected = []
         for i in range(process.GetNumThreads()):
-            thread = process.GetThreadAtIndex(i)
-            expected.append((thread, SFrameFrameProvider.precompute(target, thread)))
+            SFrameFrameProvider.precompute(target, process.GetThreadAtIndex(i))
     if is_live_remote(target):
         # Registering while a remote process exists (from the stop-hook at the
         # connect stop, at import, or 'sframe enable') makes LLDB recompute the
@@ -123,22 +122,18 @@ def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
                   "exists (that can deadlock LLDB); plain 'bt' is unchanged, use 'sframe bt' "
                   "(or import the plugin after 'target create', before 'gdb-remote')")
         return None
-    from .provider import CLASS_NAME, SFrameFrameProvider
+    from .provider import CLASS_NAME, SFrameFrameProvider, registration_args
     error = lldb.SBError()
     before = SFrameFrameProvider.instances
-    ident = target.RegisterScriptedFrameProvider(CLASS_NAME, lldb.SBStructuredData(), error)
+    ident = target.RegisterScriptedFrameProvider(CLASS_NAME, registration_args(target), error)
     if not error.Success() or not ident:
         warn(f"could not register the frame provider: {error.GetCString() or 'unknown error'}")
         return None
     _ids[key] = ident
-    if core and not _core_frames_match(expected):
-        # LLDB 22.1.0 gives frame 0 again as frame 1 there: a wrong frame
-        # is worse than LLDB's own backtrace.
-        target.RemoveScriptedFrameProvider(ident)
-        _ids[key] = 0
-        warn("core file: this LLDB showed other frames than the provider gave; "
-             "plain 'bt' is unchanged, use 'sframe bt'")
-        return None
+    # Nothing here asks a core's threads for their frames once the provider
+    # is registered: LLDB's event-handler thread may be making it, holding
+    # the thread's frame-list lock, while an SB call from here would hold the
+    # target's API lock and wait for that list (the deadlock of issue 12).
     if check_now and not core:
         process = target.GetProcess()
         if process.IsValid() and process.GetState() in (lldb.eStateStopped, lldb.eStateCrashed):
@@ -150,18 +145,6 @@ def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
                     warn("frame provider registered; this LLDB applies it from the next stop "
                          "on: use 'sframe bt' for the current one")
     return ident
-
-
-def _core_frames_match(expected: list[tuple[lldb.SBThread, list[int]]]) -> bool:
-    """Do the threads show the frames the provider was given?
-
-    Safe to ask for a core: the provider makes no SB call there, so LLDB
-    building frames on another thread cannot wait on this one's lock.
-    """
-    for thread, pcs in expected:
-        if [thread.GetFrameAtIndex(k).GetPC() for k in range(len(pcs))] != pcs:
-            return False
-    return True
 
 
 class StopHook:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import lldb
 
 from sframe_core.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
+from sframe_core.addresses import AddressMap, Region, name_stacks
 from sframe_core.errors import SFrameError
 from sframe_core.memory import PageCache
 from sframe_core.modules import Module, ModuleTable
@@ -103,6 +104,18 @@ def _loaded_ranges(module: lldb.SBModule, target: lldb.SBTarget) -> list[tuple[i
     return ranges
 
 
+def _code_regions(module: lldb.SBModule, target: lldb.SBTarget) -> list[Region]:
+    regions = []
+    name = module.GetFileSpec().fullpath or ""
+    for i in range(module.GetNumSections()):
+        section = module.GetSectionAtIndex(i)
+        size = section.GetByteSize()
+        load = section.GetLoadAddress(target)
+        if size and load != INVALID and section.GetPermissions() & lldb.ePermissionsExecutable:
+            regions.append(Region(load, load + size, True, name))
+    return regions
+
+
 class LLDBModule(Module):
     """A core ``Module`` plus what LLDB knows about its sections."""
 
@@ -133,12 +146,33 @@ class TargetInfo:
     def __init__(self, target: lldb.SBTarget) -> None:
         self.arch = arch_for_triple(target.GetTriple())
         modules = []
+        # Every module's executable sections (the vdso's too): code, for
+        # telling a return address from a corrupt stack's garbage.
+        self.code: list[Region] = []
         for module in target.module_iter():
             built = self._module(module, target)
             if built is not None:
                 modules.append(built)
+            self.code += _code_regions(module, target)
         self.modules: list[LLDBModule] = modules
         self.table = ModuleTable(modules)
+
+    def addresses(self, process: lldb.SBProcess, sp: int | None = None) -> AddressMap:
+        """What is mapped where (``sframe_core.addresses``): the modules' code,
+        then LLDB's memory regions (live processes and cores), one lookup
+        per page outside it. An unnamed region holding ``sp`` is the stack."""
+        def find(address: int) -> Region | None:
+            region = lldb.SBMemoryRegionInfo()
+            if not process.GetMemoryRegionInfo(address, region).Success():
+                return None
+            start, end = region.GetRegionBase(), region.GetRegionEnd()
+            if not start <= address < end:
+                return None
+            if not region.IsMapped():
+                return Region(start, end, False, mapped=False)
+            found = Region(start, end, bool(region.IsExecutable()), region.GetName() or "")
+            return name_stacks([found], [sp])[0]
+        return AddressMap(self.code, find=find)
 
     @staticmethod
     def _module(module: lldb.SBModule, target: lldb.SBTarget) -> LLDBModule | None:

@@ -35,6 +35,10 @@ class Arch:
     # psABI: _start clears rbp; AAPCS64: the frame-record chain ends with
     # x29 = 0). s390x has no such rule: r11 is 0 in ordinary code too.
     fp_zero_outermost: bool = True
+    # User-space addresses are below 2**user_address_bits (amd64: 47-bit
+    # canonical lower half; aarch64: at most 52-bit VAs, PAC and tags stripped);
+    # None where the ABI gives user space the whole range (s390x).
+    user_address_bits: int | None = None
     # The first instructions of the Linux rt_sigreturn trampoline, as GDB's
     # sigtramp sniffers match them (amd64-linux-tdep.c, aarch64-linux-tdep.c);
     # empty where none is known.
@@ -76,13 +80,14 @@ _AMD64_SIGRETURN = b"\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05"  # mov $15,%rax; sysc
 _AARCH64_SIGRETURN = b"\x68\x11\x80\xd2\x01\x00\x00\xd4"
 
 AMD64 = Arch("amd64", 3, False, sp=7, fp=6, ra=16, ra_reg=None, sp_val_offset=0,
-             reg_names=_AMD64_REGS, elf_machines=("EM_X86_64",), sigreturn=_AMD64_SIGRETURN)
+             reg_names=_AMD64_REGS, elf_machines=("EM_X86_64",), sigreturn=_AMD64_SIGRETURN,
+             user_address_bits=47)
 AARCH64_BE = Arch("aarch64_be", 1, True, sp=31, fp=29, ra=30, ra_reg=30, sp_val_offset=0,
                   reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",),
-                  sigreturn=_AARCH64_SIGRETURN)
+                  sigreturn=_AARCH64_SIGRETURN, user_address_bits=52)
 AARCH64_LE = Arch("aarch64", 2, False, sp=31, fp=29, ra=30, ra_reg=30, sp_val_offset=0,
                   reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",),
-                  sigreturn=_AARCH64_SIGRETURN)
+                  sigreturn=_AARCH64_SIGRETURN, user_address_bits=52)
 S390X = Arch("s390x", 4, True, sp=15, fp=11, ra=14, ra_reg=14, sp_val_offset=-160,
              reg_names=_S390X_REGS, elf_machines=("EM_S390",), fp_zero_outermost=False)
 

@@ -26,15 +26,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
 from .abi import Arch
+from .addresses import AddressMap, Region
 from .errors import SFrameError
 from .modules import SOURCES, Mapping, Module, ModuleTable
 from .symbols import Symbolizer
-from .unwind import DEFAULT_PAC_MASK, MAX_FRAMES, NORMAL_ENDS, Frame, Memory, Stop, StopReason, walk
+from .unwind import DEFAULT_PAC_MASK, MAX_FRAMES, Frame, Memory, Stop, StopReason, walk
 
 __all__ = [
     "Target", "FrameLine", "ThreadTrace", "trace_thread", "trace_target", "text_lines",
-    "to_json", "describe_stop", "configure", "run", "parse_sources", "Style", "GDB_STYLE",
-    "LLDB_STYLE", "thread_lines",
+    "to_json", "describe_stop", "explain_stop", "configure", "run", "parse_sources", "Style",
+    "GDB_STYLE", "LLDB_STYLE", "thread_lines",
 ]
 
 
@@ -60,6 +61,8 @@ class Target(Protocol):
     def memory(self) -> Memory: ...
     @property
     def pac_mask(self) -> int | None: ...
+    @property
+    def regions(self) -> Sequence[Region]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,7 @@ class ThreadTrace:
     stop: Stop
 
 
-def _explain(stop: Stop, last: Frame, modules: ModuleTable) -> Stop:
+def explain_stop(stop: Stop, last: Frame, modules: ModuleTable) -> Stop:
     """Name the module where the walk found no unwind information, or say the
     PC is in none: the step itself only knows the PC."""
     if stop.reason is not StopReason.NO_INFO:
@@ -117,21 +120,23 @@ def _line(index: int, frame: Frame, modules: ModuleTable, symbols: Symbolizer,
 
 def trace_thread(thread: _Thread, modules: ModuleTable, memory: Memory, arch: Arch,
                  symbols: Symbolizer, *, max_frames: int = MAX_FRAMES,
-                 pac_mask: int | None = None) -> ThreadTrace:
+                 pac_mask: int | None = None, addresses: AddressMap | None = None,
+                 ) -> ThreadTrace:
     """Unwind one thread from its registers to the end, naming each frame."""
     lines: list[FrameLine] = []
     last: Frame | None = None
     stop = Stop(StopReason.ERROR, "the walk ended without a reason")
     start = Frame(thread.pc, dict(thread.regs), interrupted=True)
     for item in walk(start, modules, memory, arch, max_frames=max_frames,
-                     pac_mask=DEFAULT_PAC_MASK if pac_mask is None else pac_mask):
+                     pac_mask=DEFAULT_PAC_MASK if pac_mask is None else pac_mask,
+                     addresses=addresses):
         if isinstance(item, Stop):
             stop = item
         else:
             last = item
             lines.append(_line(len(lines), item, modules, symbols, arch))
     if last is not None:
-        stop = _explain(stop, last, modules)
+        stop = explain_stop(stop, last, modules)
     return ThreadTrace(thread.lwp, tuple(lines), stop)
 
 
@@ -157,8 +162,10 @@ def trace_target(target: Target, *, sources: Sequence[str] = SOURCES, sysroot: s
         modules = module_table(target.mappings, sources=sources, sysroot=sysroot,
                                warnings=warnings)
     symbols = Symbolizer()
+    # A core's segments and /proc/PID/maps list every mapping.
+    addresses = AddressMap(target.regions, complete=bool(target.regions))
     return [trace_thread(t, modules, target.memory, target.arch, symbols,
-                         max_frames=max_frames, pac_mask=target.pac_mask)
+                         max_frames=max_frames, pac_mask=target.pac_mask, addresses=addresses)
             for t in target.threads]
 
 
@@ -198,9 +205,8 @@ class Style:
 
 # gdb's ``thread apply all bt`` look (``sframe backtrace``): every end is said.
 GDB_STYLE = Style("#{index:<2} {where}", "Backtrace stopped: {reason}")
-# LLDB's ``bt`` look (``sframe bt``): only an end that is not normal is said.
-LLDB_STYLE = Style("  {marker} frame #{index}: {where}", "    (backtrace ends: {reason})",
-                   NORMAL_ENDS, "    (no frames: {reason})")
+# LLDB's ``bt`` look (``sframe bt``), and every end said as gdb says it.
+LLDB_STYLE = Style("  {marker} frame #{index}: {where}", "Backtrace stopped: {reason}")
 
 
 def thread_lines(header: str, wheres: Iterable[str], stop: Stop | None, style: Style

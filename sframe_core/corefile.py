@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .abi import AARCH64_BE, AARCH64_LE, AMD64, Arch, arch_for_machine
+from .addresses import Region, name_stacks
 from .errors import FileError, reading_elf
 from .files import check_elf_layout, open_elf, open_regular
 from .modules import Mapping
@@ -85,6 +86,7 @@ class Segment:
     offset: int
     filesz: int
     writable: bool
+    executable: bool = False
 
     @property
     def end(self) -> int:
@@ -265,6 +267,7 @@ class CoreFile:
     entry: int | None = None  # AT_ENTRY: the executable's entry point, at run time
     pac_mask: int | None = None  # aarch64 NT_ARM_PAC_MASK insn_mask
     _closers: tuple[Any, ...] = ()
+    regions: tuple[Region, ...] = ()  # what was mapped, with permissions (``core_regions``)
 
     def close(self) -> None:
         self.memory.close()
@@ -276,6 +279,23 @@ class CoreFile:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def core_regions(segments: Sequence[Segment], mappings: Sequence[Mapping],
+                 stack_pointers: Sequence[int | None] = ()) -> tuple[Region, ...]:
+    """The process's memory as the core saw it: every ``PT_LOAD`` with its
+    ``PF_X`` (the kernel writes one per mapping, dumped or not), and the
+    files of NT_FILE where no segment covers them (gcore leaves out code it
+    can read back from the file), whose permissions the core does not say."""
+    regions = [Region(s.start, s.end, s.executable) for s in segments]
+    starts = sorted((s.start, s.end) for s in segments)
+    for m in mappings:
+        if not any(lo < m.end and m.start < hi for lo, hi in starts):
+            regions.append(Region(m.start, m.end, None, m.path))
+    named = {m.start: m.path for m in mappings}
+    regions = [Region(r.start, r.end, r.executable, r.name or named.get(r.start, ""))
+               for r in regions]
+    return tuple(name_stacks(regions, stack_pointers))
 
 
 def _exe_mappings(exe: str, entry: int, mappings: list[Mapping]) -> list[Mapping]:
@@ -329,7 +349,8 @@ def open_core(path: str, *, exe: str | None = None, sysroot: str | None = None) 
                 if seg["p_type"] == "PT_LOAD":
                     filesz = max(0, min(seg["p_filesz"], size - seg["p_offset"]))
                     segments.append(Segment(seg["p_vaddr"], seg["p_memsz"], seg["p_offset"],
-                                            filesz, bool(seg["p_flags"] & 2)))
+                                            filesz, bool(seg["p_flags"] & 2),
+                                            bool(seg["p_flags"] & 1)))
                 elif seg["p_type"] == "PT_NOTE":
                     if seg["p_offset"] + seg["p_filesz"] > size:
                         raise FileError(f"{path}: the notes are truncated (file is {size} bytes)")
@@ -371,7 +392,8 @@ def open_core(path: str, *, exe: str | None = None, sysroot: str | None = None) 
             data = b""
         memory = CoreMemory(data, segments, mappings, lambda p: resolve_path(p, sysroot))
         closers = (data,) if isinstance(data, mmap.mmap) else ()
+        regions = core_regions(segments, mappings, [t.regs.get(arch.sp) for t in threads])
         return CoreFile(path, arch, tuple(threads), tuple(mappings), memory, entry, pac_mask,
-                        closers)
+                        closers, regions)
     finally:
         stream.close()

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .abi import AARCH64_LE, AMD64, Arch
+from .addresses import Region as AddressRegion
+from .addresses import name_stacks
 from .corefile import NT_PRSTATUS, CoreMemory, Segment, Thread, regs_from_user_regs
 from .errors import ProcessError
 from .modules import Mapping
@@ -110,6 +112,7 @@ class Region:
     writable: bool
     file_offset: int
     path: str  # "" for anonymous memory
+    executable: bool = False
 
 
 def _read_regions(maps: str) -> list[Region]:
@@ -121,7 +124,7 @@ def _read_regions(maps: str) -> list[Region]:
                 continue
             lo, hi = parts[0].split("-")
             out.append(Region(int(lo, 16), int(hi, 16), parts[1][1:2] == "w", int(parts[2], 16),
-                              parts[5] if len(parts) == 6 else ""))
+                              parts[5] if len(parts) == 6 else "", parts[1][2:3] == "x"))
     return out
 
 
@@ -235,6 +238,8 @@ class Snapshot:
     stack_bytes: int
     pac_mask: int | None = None
     notes: tuple[str, ...] = field(default=())
+    # /proc/PID/maps with permissions, stacks named: where a return address may point.
+    regions: tuple[AddressRegion, ...] = ()
 
 
 def _tracer(pid: int) -> int:
@@ -426,7 +431,10 @@ def snapshot(info: Survey, *, sysroot: str | None = None,
         raise KeyboardInterrupt
     return Snapshot(pid, info.arch, tuple(threads), info.mappings,
                     _memory(stacks, info.regions, sysroot), stopped_for,
-                    sum(len(data) for _, data in stacks), notes=info.notes)
+                    sum(len(data) for _, data in stacks), notes=info.notes,
+                    regions=tuple(name_stacks(
+                        [AddressRegion(r.start, r.end, r.executable, r.path) for r in regions],
+                        [t.regs.get(info.arch.sp) for t in threads])))
 
 
 def _memory(stacks: list[tuple[int, bytes]], regions: tuple[Region, ...],

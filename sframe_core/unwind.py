@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
 from .abi import Arch
+from .addresses import AddressMap, return_address_problem
 from .rows import Row, Rule, RuleKind
 
 __all__ = [
@@ -81,6 +82,7 @@ class StopReason(enum.Enum):
     CFA_NOT_UP = "the CFA did not move up the stack"
     MISALIGNED = "misaligned CFA"
     LOOP = "the stack loops back on itself"
+    BAD_RA = "implausible return address"
     DEPTH = "too many frames"
     ERROR = "the unwind information is corrupt"
 
@@ -294,11 +296,13 @@ def caller_registers(row: Row, pc: int, regs: Mapping[int, int], interrupted: bo
 
 def walk(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,
          max_frames: int = MAX_FRAMES, pac_mask: int = DEFAULT_PAC_MASK,
-         ) -> Iterator[Frame | Stop]:
+         addresses: AddressMap | None = None) -> Iterator[Frame | Stop]:
     """Yield ``frame`` and each caller in turn, then the Stop that ended the walk.
 
     Each yielded frame carries the CFA and row it was stepped with (None for
-    the last). A (pc, CFA) pair seen twice means the walk loops.
+    the last). A (pc, CFA) pair seen twice means the walk loops. With
+    ``addresses``, a return address that cannot be one (``addresses.py``)
+    ends the walk before it becomes a frame.
     """
     seen: set[tuple[int, int]] = set()
     current = frame
@@ -314,7 +318,13 @@ def walk(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,
             yield Stop(StopReason.LOOP, f"pc {current.pc:#x}, CFA {result.cfa:#x} seen before")
             return
         seen.add(key)
+        caller = result.caller
+        problem = None if addresses is None or caller.interrupted else return_address_problem(
+            caller.pc, arch, addresses)
         yield Frame(current.pc, current.regs, current.interrupted, result.cfa, result.row)
-        current = result.caller
+        if problem is not None:
+            yield Stop(StopReason.BAD_RA, problem)
+            return
+        current = caller
     yield current
     yield Stop(StopReason.DEPTH, f"{max_frames} frames")

@@ -385,3 +385,79 @@ def test_walk_yields_each_frame_with_its_cfa_and_row() -> None:
     frames = [i for i in items if isinstance(i, Frame)]
     assert [(f.pc, f.cfa, f.row) for f in frames] == [(0x1004, 0x7010, a), (0x2005, None, None)]
     stopped(items[-1], StopReason.OUTERMOST)
+
+
+# -- implausible return addresses (sframe_core.addresses) ------------------------
+
+
+def test_return_address_problems() -> None:
+    from sframe_core.abi import AMD64, S390X
+    from sframe_core.addresses import AddressMap, Region, regions_from_maps, return_address_problem
+
+    maps = regions_from_maps(
+        "555555554000-555555555000 r--p 00000000 08:01 42 /bin/prog\n"
+        "555555555000-555555556000 r-xp 00001000 08:01 42 /bin/prog\n"
+        "555555559000-55555557a000 rw-p 00000000 00:00 0 [heap]\n"
+        "7ffff7e00000-7ffff7e10000 rw-p 00000000 00:00 0\n"
+        "7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0 [stack]\n")
+    space = AddressMap(maps, complete=True)
+    assert return_address_problem(0x555555555123, AMD64, space) is None
+    assert return_address_problem(0x7fffffffe663, AMD64, space) == (
+        "0x7fffffffe663 is in [stack], which is not executable")
+    assert return_address_problem(0x555555559005, AMD64, space) == (
+        "0x555555559005 is in [heap], which is not executable")
+    assert return_address_problem(0x7ffff7e00008, AMD64, space) == (
+        "0x7ffff7e00008 is in the mapping 0x7ffff7e00000-0x7ffff7e10000, which is not executable")
+    assert return_address_problem(0x200000000, AMD64, space) == "0x200000000 is in no mapping"
+    assert return_address_problem(0x18, AMD64, space) == (
+        "0x18 is below 0x1000, where nothing is ever mapped")
+    assert return_address_problem(0x0123456789abcdef, AMD64, space) == (
+        "0x123456789abcdef is not a canonical user-space address (amd64: below 0x800000000000)")
+    # Without a map only the arithmetic: an unknown place may hold code (JIT).
+    assert return_address_problem(0x200000000, AMD64, AddressMap()) is None
+    assert return_address_problem(0x18, AMD64) is not None
+    assert return_address_problem(0x0123456789abcdef, S390X) is None
+    # Regions that overlap: one that may be executable wins (a module's code
+    # that a core left out is still code).
+    both = AddressMap([Region(0x1000, 0x9000, False), Region(0x2000, 0x3000, None, "/lib/x.so")],
+                      complete=True)
+    assert return_address_problem(0x2100, AMD64, both) is None
+    assert return_address_problem(0x4100, AMD64, both) is not None
+    # Regions looked up one at a time (a debugger), each asked once per page.
+    asked: list[int] = []
+
+    def find(address: int) -> Region | None:
+        asked.append(address)
+        return Region(address & ~0xFFF, (address & ~0xFFF) + 0x1000, False, "[stack]")
+    lazy = AddressMap([Region(0x400000, 0x401000, True)], find=find)
+    assert return_address_problem(0x400010, AMD64, lazy) is None
+    assert return_address_problem(0x7ffd0010, AMD64, lazy) is not None
+    assert return_address_problem(0x7ffd0020, AMD64, lazy) is not None
+    assert asked == [0x7ffd0010]
+
+
+def test_walk_stops_at_an_implausible_return_address() -> None:
+    from sframe_core.addresses import AddressMap, Region
+
+    row = Row(0x401000, 0x402000, 0x401000, CFARule(AMD64.sp, 8), Rule(RuleKind.AT_CFA, -8), SAME)
+
+    class Rows:
+        def row_at(self, pc: int) -> Row | None:
+            return row
+
+    class Stack:
+        def read(self, address: int, size: int) -> bytes | None:
+            words = {0x7ff000: 0x401234, 0x7ff008: 0x7ff103}  # an RA, then a stack address
+            value = words.get(address)
+            return None if value is None else value.to_bytes(8, "little")
+
+    start = Frame(0x401100, {AMD64.sp: 0x7ff000, AMD64.fp: 0}, interrupted=True)
+    space = AddressMap([Region(0x400000, 0x402000, True),
+                        Region(0x7fe000, 0x800000, False, "[stack]")], complete=True)
+    items = list(walk(start, Rows(), Stack(), AMD64, addresses=space))
+    frames = [i for i in items if isinstance(i, Frame)]
+    assert [f.pc for f in frames] == [0x401100, 0x401234]
+    assert frames[-1].cfa == 0x7ff010 and frames[-1].row == row
+    assert items[-1] == Stop(StopReason.BAD_RA, "0x7ff103 is in [stack], which is not executable")
+    # Without the address map the walk shows the bad value as a frame.
+    assert [i.pc for i in walk(start, Rows(), Stack(), AMD64) if isinstance(i, Frame)][-1] == 0x7ff103
