@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import missing
+from helpers.gdbtools import GDBS, gdb_version
 
 # -- a binary built here, for tests that must not wait for the fixtures ------
 
@@ -42,3 +44,12 @@ def host_sframe_version(host_sframe_binary: Path) -> int:
     found = re.findall(r"Version: SFRAME_VERSION_(\d+)", out)
     assert len(found) == 1, f"readelf --sframe {host_sframe_binary}: no single version in:\n{out}"
     return int(found[0])
+
+
+@pytest.fixture(params=sorted(GDBS), scope="module")
+def gdb_path(request: pytest.FixtureRequest) -> str:
+    """Every gdb the suite runs (the system's, 17 and 18 from PyPI), one module at a time."""
+    path = GDBS[request.param]
+    if gdb_version(path) is None:
+        missing(f"{request.param} not runnable at {path} (scripts/setup.sh installs gdb 17 and 18)")
+    return path

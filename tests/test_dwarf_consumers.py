@@ -35,14 +35,6 @@ CASES = [
 ]
 
 
-@pytest.fixture(params=sorted(GDBS), scope="module")
-def gdb_path(request: pytest.FixtureRequest) -> str:
-    path = GDBS[request.param]
-    if gdb_version(path) is None:
-        missing(f"{request.param} not runnable at {path} (scripts/setup.sh installs it)")
-    return path
-
-
 def _debug_dir(tmp_path: Path, *modules: Path) -> str:
     """``sframe to-dwarf --build-id-dir`` for each module; the directory list for gdb."""
     root = tmp_path / "debug"

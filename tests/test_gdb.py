@@ -22,7 +22,6 @@ import pytest
 from helpers import X86, missing, need, no_section_headers
 from helpers import realprogs as rp
 from helpers.gdbtools import (
-    GDBS,
     PLUGIN,
     VALUES_SCRIPT,
     FrameValues,
@@ -37,15 +36,6 @@ pytestmark = [pytest.mark.gdb]
 PRODUCERS = ["bu2.40-v1", "bu2.44-v2", "bu2.44-v2pcrel", "busid-v3"]
 # Bounds a stepping loop: f2..f4 and stop_here take about 150 instructions.
 MAX_STEPS = 600
-
-
-@pytest.fixture(params=sorted(GDBS), scope="module")
-def gdb_path(request: pytest.FixtureRequest) -> str:
-    path = GDBS[request.param]
-    version = gdb_version(path)
-    if version is None:
-        missing(f"{request.param} not runnable at {path} (scripts/setup.sh installs gdb 17 and 18)")
-    return path
 
 
 def _major(path: str) -> int:

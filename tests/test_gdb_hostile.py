@@ -18,8 +18,7 @@ import random
 from pathlib import Path
 
 import pytest
-from helpers import missing
-from helpers.gdbtools import GDBS, Gdb, fixture, gdb_version, parse_bt
+from helpers.gdbtools import Gdb, fixture, parse_bt
 from helpers.host_programs import HostProgram, build
 
 from sframe_core.elf import read_elf
@@ -32,14 +31,6 @@ PRODUCERS = ["bu2.40-v1", "bu2.44-v2", "busid-v3"]
 RANDOM_MUTANTS = 8  # per producer, on top of the targeted ones
 INNER = "Backtrace stopped: previous frame inner to this frame (corrupt stack?)"
 SAME = "Backtrace stopped: previous frame identical to this frame (corrupt stack?)"
-
-
-@pytest.fixture(params=sorted(GDBS), scope="module")
-def gdb_path(request: pytest.FixtureRequest) -> str:
-    path = GDBS[request.param]
-    if gdb_version(path) is None:
-        missing(f"{request.param} not runnable at {path} (scripts/setup.sh installs gdb 17 and 18)")
-    return path
 
 
 def _no_python_errors(text: str) -> None:
