@@ -76,8 +76,8 @@ def _gdb_bt(gdb_path: str, program: Path, *, directory: str | None = None,
                          ids=[f"{p}/{n}" for p, _, n in CASES])
 def test_plain_gdb(gdb_path: str, producer: str, twin: str, noeh: str, tmp_path: Path) -> None:
     """Live: gdb finds the symbol file through ``debug-file-directory`` and
-    unwinds as on the twin; callee-saved registers SFrame does not describe
-    are ``<not saved>`` in callers, never another frame's value."""
+    unwinds as on the twin; callee-saved registers are what our rows say
+    (``_check_saved_registers``), ``<not saved>`` where they have no rule."""
     program = need(X86 / producer / noeh)
     expected, g = _gdb_bt(gdb_path, need(X86 / producer / twin))
     g.close()
@@ -91,11 +91,52 @@ def test_plain_gdb(gdb_path: str, producer: str, twin: str, noeh: str, tmp_path:
     with g:
         assert _frames(text) == expected_frames, text
         assert "Backtrace stopped" not in text
-        # Frame 2's registers come from frame 1's CFI (frame 0 stops on a
-        # `ret`, where gdb's own amd64 epilogue unwinder answers instead).
-        g.cmd("frame 2")
-        for reg in ("rbx", "r12", "r13", "r14", "r15"):
-            assert g.cmd(f"print ${reg}").strip().endswith("<not saved>"), reg
+        _check_saved_registers(g)
+
+
+# amd64 callee-saved registers SFrame does not describe, by DWARF number.
+_SAVED = {"rbx": 3, "r12": 12, "r13": 13, "r14": 14, "r15": 15}
+
+
+def _value(g: Gdb, expression: str) -> str:
+    """gdb's answer for ``print/x EXPRESSION``: a hex value or ``<not saved>``."""
+    return g.cmd(f"print/x {expression}").strip().split(" = ", 1)[-1]
+
+
+def _check_saved_registers(g: Gdb) -> None:
+    """Frame 2's callee-saved registers come from frame 1's CFI (frame 0 stops
+    on a `ret`, where gdb's own amd64 epilogue unwinder answers instead). The
+    symbol file says what our rows say (sframe_core.saved's rules, or
+    undefined): where a row has no rule gdb shows ``<not saved>``, never
+    another frame's value; a saved slot gives the word at CFA + offset; an
+    unchanged register gives frame 1's value."""
+    from sframe_core.elf import open_sframe
+    from sframe_core.rows import RuleKind
+
+    mappings = g.cmd("info proc mappings")
+    g.cmd("frame 1")
+    pc = int(_value(g, "$pc"), 16)
+    lines = [m.groups() for m in re.finditer(
+        r"^\s*(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+0x[0-9a-f]+\s+0x[0-9a-f]+\s+(?:\S+\s+)?(/\S+)\s*$",
+        mappings, re.M)]
+    path = next(obj for lo, hi, obj in lines if int(lo, 16) <= pc < int(hi, 16))
+    base = min(int(lo, 16) for lo, _hi, obj in lines if obj == path)
+    row = open_sframe(path).row_at(pc - base - 1)  # a caller: looked up at pc - 1
+    assert row is not None
+    rules = dict(row.regs)
+    inner = {name: _value(g, f"${name}") for name in _SAVED}
+    g.cmd("frame 2")
+    cfa = int(_value(g, "$sp"), 16)  # amd64: the caller's SP is the CFA
+    for name, regno in _SAVED.items():
+        got = _value(g, f"${name}")
+        rule = rules.get(regno)
+        if rule is None:
+            assert got == "<not saved>", (name, got)
+        elif rule.kind is RuleKind.AT_CFA:
+            assert got == _value(g, f"*(unsigned long *)({cfa:#x} + {rule.offset})"), (name, rule)
+        else:
+            assert rule.kind is RuleKind.SAME_VALUE, (name, rule)
+            assert got == inner[name], (name, got, inner[name])
 
 
 def test_plain_gdb_core_and_add_symbol_file(gdb_path: str, tmp_path: Path) -> None:
