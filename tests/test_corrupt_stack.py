@@ -132,14 +132,28 @@ def test_lldb_sframe_bt_live(smash: HostProgram, version: str, kind: str) -> Non
 @pytest.mark.lldb
 @pytest.mark.parametrize("version", ["22", "23"])
 def test_lldb_plain_bt_live(smash: HostProgram, version: str) -> None:
-    """The frame provider: LLDB's own ``bt`` ends at middle, and the plugin
-    says why once, on LLDB's error stream."""
+    """The frame provider (the native route off): LLDB's own ``bt`` ends at
+    middle, and the plugin says why once, on LLDB's error stream."""
+    from helpers.lldbtools import command_output, run_lldb
+    out = run_lldb(version, [f"target create {smash.noeh}", "breakpoint set -n stop_here",
+                             "process launch -- heap", "bt"], env={"SFRAME_LLDB_ROUTE": "provider"})
+    bt = command_output(out, "bt")
+    _lldb_tail(bt, "heap", None, smash.noeh, live=True, prefix="sframe: Backtrace stopped: ",
+               cut=False)
+
+
+@pytest.mark.lldb
+@pytest.mark.parametrize("version", ["22", "23"])
+def test_lldb_plain_bt_live_native_route(smash: HostProgram, version: str) -> None:
+    """The native route (LLDB's unwinder on our symbol file): ``bt`` ends at
+    middle too, with no frame made from the smashed return address (LLDB's
+    own unwinder gives no reason)."""
     from helpers.lldbtools import command_output, run_lldb
     out = run_lldb(version, [f"target create {smash.noeh}", "breakpoint set -n stop_here",
                              "process launch -- heap", "bt"])
     bt = command_output(out, "bt")
-    _lldb_tail(bt, "heap", None, smash.noeh, live=True, prefix="sframe: Backtrace stopped: ",
-               cut=False)
+    assert "Traceback" not in out, out
+    assert [m.group(2) for m in LLDB_FRAME.finditer(bt)] == FRAMES, bt
 
 
 @pytest.mark.lldb
