@@ -53,12 +53,12 @@ UNAVAILABLE = ("not available", "unavailable", "could not evaluate", "<no locati
                "optimized out", "<empty constant data>", "<incomplete type")
 
 
-def stops(version: str, binary: Path, program: str, plugin: bool, cache: Path,
+def stops(version: str, binary: Path, program: str, plugin: Path | None, cache: Path,
           frames: int) -> tuple[dict, str]:
     prog = PROGRAMS[program]
     config = {"binary": str(binary), "args": list(prog.args),
               "breakpoints": list(prog.breakpoints),
-              "plugin": str(PLUGIN) if plugin else None, "frames": frames, "addresses": None}
+              "plugin": str(plugin) if plugin else None, "frames": frames, "addresses": None}
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     env["XDG_CACHE_HOME"] = str(cache)
     result = subprocess.run(["nice", "-n", "19", str(DEBUGGERS / f"lldb-{version}-python"),
@@ -150,7 +150,8 @@ def compare(label: str, want: dict, again: dict, got: dict, frames: int,
                                  f"the twin: {value!r}")
 
 
-def measure(version: str, program: str, producer: str, frames: int, work: Path) -> dict:
+def measure(version: str, program: str, producer: str, frames: int, work: Path,
+            plugin_dir: Path) -> dict:
     prog = PROGRAMS[program]
     base = work / f"{program}-{producer}"
     copies = {}
@@ -158,10 +159,19 @@ def measure(version: str, program: str, producer: str, frames: int, work: Path) 
         (base / label).mkdir(parents=True)
         copies[label] = base / label / prog.name
         shutil.copy(prog.path(producer, which), copies[label])
-    want, _ = stops(version, copies["twin"], program, False, base / "cache-twin", frames)
-    again, _ = stops(version, copies["twin"], program, False, base / "cache-twin", frames)
-    alone, _ = stops(version, copies["noeh"], program, False, base / "cache-alone", frames)
-    plugin, log = stops(version, copies["noeh"], program, True, base / "cache-plugin", frames)
+    # XDG_CACHE_HOME is in the program's environment too: cache directories of
+    # one length, or the stack shifts (by 16 bytes at some lengths) and every
+    # stack address in a register or pointer differs from the twin's.
+    caches = {k: base / f"cache-{k}" for k in ("twin", "alon", "plug")}
+    assert len({len(str(c)) for c in caches.values()}) == 1
+    want, _ = stops(version, copies["twin"], program, None, caches["twin"], frames)
+    again, _ = stops(version, copies["twin"], program, None, caches["twin"], frames)
+    alone, _ = stops(version, copies["noeh"], program, None, caches["alon"], frames)
+    plugin, log = stops(version, copies["noeh"], program, plugin_dir, caches["plug"], frames)
+    # (b) means nothing unless the plugin loaded and made the module's symbol file
+    made = list((caches["plug"] / "sframe-gdb" / "symbols").glob("*.debug"))
+    if not made or "cannot load" in log or "Traceback" in log:
+        raise RuntimeError(f"{program} {producer}: the plugin made no symbol file:\n{log[-3000:]}")
     result: dict = {"program": program, "producer": producer, "stops": len(want)}
     twin_regs = sum(len(REGISTER.findall(f[1])) for s in want.values() for f in s["frames"])
     result["twin registers"] = twin_regs
@@ -183,12 +193,16 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=3, help="caller frames 1..N")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write every result here too")
+    parser.add_argument("--plugin", type=Path, default=PLUGIN,
+                        help="the lldb_plugin directory to import (default: this checkout's; "
+                        "another tree's, e.g. from git archive, to compare versions)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lldbvals-"))
     jobs = [(p, q) for q in args.producers for p in args.programs]
     try:
         with ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(lambda j: measure(args.lldb, j[0], j[1], args.frames, work),
+            results = list(pool.map(lambda j: measure(args.lldb, j[0], j[1], args.frames, work,
+                                                    args.plugin.resolve()),
                                     jobs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -197,7 +211,7 @@ def main() -> int:
     total: dict[str, Counter] = {"alone": Counter(), "plugin": Counter()}
     keys = ("right", "wrong", "unavailable")
     print(f"LLDB {args.lldb}, caller frames 1-{args.frames}; right / wrong / unavailable "
-          f"against the twin")
+          f"against the twin; plugin {args.plugin.resolve()}")
     for r in results:
         print(f"\n{r['program']} {r['producer']}: {r['stops']} stops, "
               f"twin registers {r['twin registers']}")
