@@ -240,10 +240,10 @@ def encode_rows(rows: Iterable[Row], arch: Arch, start: int) -> bytes:
                 out += bytes([_RESTORE_EXTENDED]) + _uleb(reg)
                 current.pop(reg, None)
                 continue
-            if reg in cie.rules and cie.rules[reg] == rule and reg < 64:
-                out.append(_RESTORE | reg)
-            else:
-                out += _rule_ops(reg, rule)
+            # Said again, never DW_CFA_restore: LLDB restores a register to the
+            # rule of the FDE's first row (its FDE instructions included), not
+            # the CIE's, and a same_value there became a wrong value in a caller.
+            out += _rule_ops(reg, rule)
             current[reg] = rule
         if row.ra_signed != signed:
             if not pac:

@@ -50,8 +50,9 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "write_sym
 # Bump when the bytes written for the same input change (a fix in dwarf.py):
 # cached files of older generators are then not reused.
 # 2, 3: function symbols when stripped (elfsyms); 4: key of what is copied in;
-# 5: callee-saved register rules (saved.py).
-GENERATOR = 5
+# 5: callee-saved register rules (saved.py); 6: no DW_CFA_restore (LLDB
+# restores to the FDE's first row, not the CIE).
+GENERATOR = 6
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3
