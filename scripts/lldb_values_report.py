@@ -42,12 +42,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from helpers.lldbtools import frame_variables, is_aggregate  # noqa: E402
 from helpers.realprogs import MAIN_PRODUCERS, PROGRAMS  # noqa: E402
 
 DEBUGGERS = ROOT / ".debuggers" / "bin"
 PLUGIN = ROOT / "lldb_plugin"
 STOPS = ROOT / "tests" / "helpers" / "lldb_stops.py"
-VARIABLE = re.compile(r"^\((.*?)\) (\S+) = ", re.M)
 REGISTER = re.compile(r"^\s*(\w+) = (0x[0-9a-f]+)", re.M)
 UNAVAILABLE = ("not available", "unavailable", "could not evaluate", "<no location",
                "optimized out", "<empty constant data>", "<incomplete type")
@@ -71,17 +71,6 @@ def stops(version: str, binary: Path, program: str, plugin: Path | None, cache: 
     return found, log
 
 
-def variables(text: str) -> dict[str, str]:
-    found = {}
-    starts = list(VARIABLE.finditer(text))
-    for i, m in enumerate(starts):
-        end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
-        found[f"{m.group(1)} {m.group(2)}"] = text[m.end():end].strip()
-    return found
-
-
-def aggregate(value: str | None) -> bool:
-    return value is not None and ("{" in value or '"' in value)
 
 
 def compare(label: str, want: dict, again: dict, got: dict, frames: int,
@@ -99,9 +88,9 @@ def compare(label: str, want: dict, again: dict, got: dict, frames: int,
             g_pc = g["list"][k][0] if k < len(g["list"]) else None
             w_vars, w_regs = stop["frames"][k - 1]
             wr = dict(REGISTER.findall(w_regs))
-            wv = variables(w_vars)
+            wv = frame_variables(w_vars)
             other = again.get(bp, {}).get("frames", [])
-            av = variables(other[k - 1][0]) if len(other) >= k else {}
+            av = frame_variables(other[k - 1][0]) if len(other) >= k else {}
             if k > len(g["frames"]) or g_pc != w_pc:
                 # no such frame, or another frame: nothing it shows is the twin's
                 counts["frames other pc or missing"] += 1
@@ -111,7 +100,7 @@ def compare(label: str, want: dict, again: dict, got: dict, frames: int,
                 gv: dict[str, str] = {}
                 if k <= len(g["frames"]):
                     gr = dict(REGISTER.findall(g["frames"][k - 1][1]))
-                    gv = variables(g["frames"][k - 1][0])
+                    gv = frame_variables(g["frames"][k - 1][0])
                 counts["registers in other-pc frames"] += len(wr)
                 counts["registers in other-pc frames shown"] += sum(r in gr for r in wr)
                 counts["variables in other-pc frames shown"] += len(gv)
@@ -132,9 +121,9 @@ def compare(label: str, want: dict, again: dict, got: dict, frames: int,
             for reg in gr.keys() - wr.keys():
                 counts["registers shown only here"] += 1
                 wrong.append(f"{label}: {bp} frame #{k}: {reg} = {gr[reg]}, not in the twin")
-            gv = variables(g_vars)
+            gv = frame_variables(g_vars)
             for name, value in wv.items():
-                if aggregate(value) or av.get(name) != value:
+                if is_aggregate(value) or av.get(name) != value:
                     continue
                 if any(u in value for u in UNAVAILABLE):
                     continue  # unavailable on the twin too: nothing to compare

@@ -23,12 +23,19 @@ from pathlib import Path
 
 import pytest
 from helpers import DEBUGGERS, ROOT
-from helpers.lldbtools import PLUGIN, command_output, lldb_path, run_lldb, symbol_address
+from helpers.lldbtools import (
+    PLUGIN,
+    command_output,
+    frame_variables,
+    is_aggregate,
+    lldb_path,
+    run_lldb,
+    symbol_address,
+)
 from helpers.realprogs import MAIN_PRODUCERS, PROGRAMS, available
 
 pytestmark = pytest.mark.lldb
 
-VARIABLE = re.compile(r"^\((.*?)\) (\S+) = ", re.M)
 REGISTER = re.compile(r"^\s*(\w+) = (0x[0-9a-f]+)", re.M)
 UNAVAILABLE = ("not available", "unavailable", "could not evaluate", "<no location",
                "optimized out", "<empty constant data>",
@@ -66,22 +73,6 @@ def _stops(version: str, binary: Path, program_name: str, plugin: bool, env: dic
     log = stops.pop("__log__") + result.stderr
     assert "Traceback" not in log, log[-3000:]
     return stops, log
-
-
-def _aggregate(value: str | None) -> bool:
-    """Arrays, strings and structs: their bytes include uninitialised stack, which
-    differs between the twin and the .noeh file (the loader's stack use differs)."""
-    return value is not None and ("{" in value or '"' in value)
-
-
-def _variables(text: str) -> dict[str, str]:
-    """Top-level variables of ``frame variable``: name -> its whole printed value."""
-    found = {}
-    starts = list(VARIABLE.finditer(text))
-    for i, m in enumerate(starts):
-        end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
-        found[f"{m.group(1)} {m.group(2)}"] = text[m.end():end].strip()
-    return found
 
 
 @pytest.mark.skipif(not available(), reason="tests/fixtures/realprogs not built")
@@ -142,11 +133,11 @@ def test_deep_stops_equal_twin(version: str, program: str, producer: str, varian
             continue
         for k, ((w_vars, w_regs), (g_vars, g_regs)) in enumerate(
                 zip(stop["frames"], got[bp]["frames"], strict=True), start=1):
-            wv, gv = _variables(w_vars), _variables(g_vars)
+            wv, gv = frame_variables(w_vars), frame_variables(g_vars)
             other = again.get(bp, {}).get("frames", [])
-            av = _variables(other[k - 1][0]) if len(other) >= k else {}
+            av = frame_variables(other[k - 1][0]) if len(other) >= k else {}
             for name, value in gv.items():
-                if av.get(name) != wv.get(name) or _aggregate(wv.get(name)):
+                if av.get(name) != wv.get(name) or is_aggregate(wv.get(name)):
                     continue
                 if value != wv.get(name) and not any(u in value for u in UNAVAILABLE):
                     differ.append(f"{bp} frame #{k}: {name} = {value!r}, the twin: {wv.get(name)!r}")

@@ -113,3 +113,23 @@ class Session:
         except (pexpect.ExceptionPexpect, OSError):
             pass
         self.child.close(force=True)
+
+
+# One top-level variable of ``frame variable``: ``(TYPE) NAME = ``.
+VARIABLE = re.compile(r"^\((.*?)\) (\S+) = ", re.M)
+
+
+def frame_variables(text: str) -> dict[str, str]:
+    """Top-level variables of ``frame variable``: "TYPE NAME" -> its whole printed value."""
+    found = {}
+    starts = list(VARIABLE.finditer(text))
+    for i, m in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+        found[f"{m.group(1)} {m.group(2)}"] = text[m.end():end].strip()
+    return found
+
+
+def is_aggregate(value: str | None) -> bool:
+    """Arrays, strings and structs: their bytes include uninitialised stack, which
+    differs between the twin and the .noeh file (the loader's stack use differs)."""
+    return value is not None and ("{" in value or '"' in value)
