@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import lldb
 
-from sframe_core.abi import AARCH64_BE, AARCH64_LE, AMD64
+from sframe_core.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X
 from sframe_core.errors import SFrameError
 
 from .target import LLDBModule, info_for, target_key, warn_once
@@ -43,9 +43,9 @@ FAILED = "failed"
 PROVIDER = "provider"  # left to the frame provider on purpose, not a failure
 
 # ABIs whose generated .debug_frame LLDB's unwinder was seen to walk to the
-# outermost frame. On s390x (qemu-user, gdb-remote) LLDB 22 and 23 stopped
-# after f1 (no main, no libc): the frame provider, which walks it, serves it.
-ROUTE_ABIS = frozenset({AMD64.abi_id, AARCH64_LE.abi_id, AARCH64_BE.abi_id})
+# outermost frame. (s390x too, since the CIE gives the caller's SP as a
+# DW_CFA_val_expression: LLDB ignores DW_CFA_val_offset and stopped after f1.)
+ROUTE_ABIS = frozenset({AMD64.abi_id, AARCH64_LE.abi_id, AARCH64_BE.abi_id, S390X.abi_id})
 
 
 class Route(NamedTuple):

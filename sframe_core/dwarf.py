@@ -66,7 +66,7 @@ _NOP, _ADVANCE_LOC1, _ADVANCE_LOC2, _ADVANCE_LOC4 = 0x00, 0x02, 0x03, 0x04
 _OFFSET_EXTENDED, _RESTORE_EXTENDED, _UNDEFINED, _SAME_VALUE, _REGISTER = 0x05, 0x06, 0x07, 0x08, 0x09
 _DEF_CFA, _DEF_CFA_REGISTER, _DEF_CFA_OFFSET, _DEF_CFA_EXPRESSION = 0x0C, 0x0D, 0x0E, 0x0F
 _EXPRESSION, _OFFSET_EXTENDED_SF, _DEF_CFA_SF, _DEF_CFA_OFFSET_SF = 0x10, 0x11, 0x12, 0x13
-_VAL_OFFSET, _VAL_OFFSET_SF, _VAL_EXPRESSION = 0x14, 0x15, 0x16
+_VAL_EXPRESSION = 0x16
 _AARCH64_NEGATE_RA_STATE = 0x2D
 # DW_OP_* opcodes.
 _OP_DEREF, _OP_CONSTS, _OP_PLUS, _OP_BREG0, _OP_BREGX = 0x06, 0x11, 0x22, 0x70, 0x92
@@ -119,16 +119,20 @@ def _rule_ops(reg: int, rule: Rule) -> bytes:
         return bytes([_SAME_VALUE]) + _uleb(reg)
     if kind is RuleKind.UNDEFINED:
         return bytes([_UNDEFINED]) + _uleb(reg)
-    if kind is RuleKind.AT_CFA or kind is RuleKind.CFA_PLUS:
-        at = kind is RuleKind.AT_CFA
+    if kind is RuleKind.CFA_PLUS:
+        # Not DW_CFA_val_offset: LLDB (to 23 at least) skips that opcode
+        # without its operands, reading them as instructions; s390x's
+        # caller SP (CFA - 160) was lost that way and its walk stopped early.
+        return bytes([_VAL_EXPRESSION]) + _uleb(reg) + _block(_cfa_plus(offset))
+    if kind is RuleKind.AT_CFA:
         if offset % _DATA_ALIGN == 0:
             factored = offset // _DATA_ALIGN
             if factored >= 0:
-                if at and reg < 64:
+                if reg < 64:
                     return bytes([_OFFSET | reg]) + _uleb(factored)
-                return bytes([_OFFSET_EXTENDED if at else _VAL_OFFSET]) + _uleb(reg) + _uleb(factored)
-            return bytes([_OFFSET_EXTENDED_SF if at else _VAL_OFFSET_SF]) + _uleb(reg) + _sleb(factored)
-        return bytes([_EXPRESSION if at else _VAL_EXPRESSION]) + _uleb(reg) + _block(_cfa_plus(offset))
+                return bytes([_OFFSET_EXTENDED]) + _uleb(reg) + _uleb(factored)
+            return bytes([_OFFSET_EXTENDED_SF]) + _uleb(reg) + _sleb(factored)
+        return bytes([_EXPRESSION]) + _uleb(reg) + _block(_cfa_plus(offset))
     assert rule.reg is not None
     if kind is RuleKind.IN_REG:
         if offset == 0:

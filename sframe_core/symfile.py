@@ -51,8 +51,9 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "write_sym
 # cached files of older generators are then not reused.
 # 2, 3: function symbols when stripped (elfsyms); 4: key of what is copied in;
 # 5: callee-saved register rules (saved.py); 6: no DW_CFA_restore (LLDB
-# restores to the FDE's first row, not the CIE).
-GENERATOR = 6
+# restores to the FDE's first row, not the CIE); 7: no DW_CFA_val_offset
+# (LLDB misreads it: s390x's caller SP).
+GENERATOR = 7
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3

@@ -226,6 +226,26 @@ def test_every_rule_form(arch: Arch, tmp_path: Path) -> None:
             assert back is not None and _key(back, arch) == _key(row, arch), (hex(pc), row, back)
 
 
+def test_no_val_offset(tmp_path: Path) -> None:
+    """Value rules (s390x's caller SP, v3's RA/FP = CFA + offset) are written as
+    DW_CFA_val_expression, never DW_CFA_val_offset(_sf): LLDB skips those
+    opcodes without their operands, reads the operands as instructions, and
+    lost s390x's SP rule (its walk stopped after f1)."""
+    from elftools.dwarf.constants import DW_CFA
+
+    for arch in (AMD64, AARCH64_LE, S390X):
+        rows = _rows(arch, (0x1000, CFARule(arch.fp, -24), Rule(RuleKind.CFA_PLUS, 8),
+                            Rule(RuleKind.CFA_PLUS, -16)), end=0x1010)
+        out = tmp_path / f"{arch.name}.elf"
+        _elf_with_debug_frame(out, encode_functions([Function(0x1000, 0x1010, rows, False, False)],
+                                                    arch), arch)
+        with open(out, "rb") as stream:
+            dwarf = ELFFile(stream).get_dwarf_info()
+            opcodes = {ins.opcode for entry in dwarf.CFI_entries() for ins in entry.instructions}
+        assert DW_CFA.val_expression in opcodes, (arch.name, opcodes)
+        assert not opcodes & {DW_CFA.val_offset, DW_CFA.val_offset_sf}, (arch.name, opcodes)
+
+
 def test_register_rules_from_the_row_model(tmp_path: Path) -> None:
     """``Row.regs`` (saved registers known from elsewhere) are written as
     rules; when a later row drops one, it goes back to undefined."""
