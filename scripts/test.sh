@@ -10,4 +10,4 @@ export SFRAME_REQUIRE_DEBUGGERS=1
 .venv/bin/ruff check sframe_core sframe_gdb.py gdb_plugin lldb_plugin tests bench
 .venv/bin/mypy  # sframe_core, gdb_plugin, lldb_plugin, sframe_gdb.py: see pyproject.toml
 # pytest exits 5 when it collected no test: that is a failure here too.
-.venv/bin/python -m pytest -ra -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -ra -p no:cacheprovider --durations=30 "$@"
