@@ -41,6 +41,7 @@ from typing import NamedTuple
 
 from .abi import Arch
 from .effects import Base, Effect, Flow, aarch64_jump_table, amd64_jump_table, decoder_for
+from .effects_s390x import s390x_jump_table
 from .rows import SAME, CFARule, Rule, RuleKind
 
 __all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis"]
@@ -96,6 +97,7 @@ class _State(NamedTuple):
     sp: int | None  # SP - CFA
     fp: int | None  # FP - CFA
     regs: tuple[_Reg, ...]
+    alt: int | None = None  # ALT - CFA (a scratch base register saves go through: s390x r14)
 
 
 def _meet(a: _State, b: _State) -> _State:
@@ -104,7 +106,8 @@ def _meet(a: _State, b: _State) -> _State:
     regs = tuple(ra if ra == rb else ((ra[0] if ra[0] == rb[0] else None), ra[1] and rb[1],
                                       ra[2] and rb[2])
                  for ra, rb in zip(a.regs, b.regs, strict=True))
-    return _State(a.sp if a.sp == b.sp else None, a.fp if a.fp == b.fp else None, regs)
+    return _State(a.sp if a.sp == b.sp else None, a.fp if a.fp == b.fp else None, regs,
+                  a.alt if a.alt == b.alt else None)
 
 
 # CFA rule -> expected (SP - CFA, FP - CFA); None: the rule says nothing about it.
@@ -126,10 +129,10 @@ def _reconcile(state: _State, anchor: Anchor) -> _State:
     if (sp is not None and state.sp is not None and sp != state.sp) or (
             fp is not None and state.fp is not None and fp != state.fp):
         # The simulation and SFrame disagree: trust neither for the registers.
-        return _State(sp, fp, tuple(_LOST for _ in state.regs))
+        return _State(sp, fp, tuple(_LOST for _ in state.regs), None)
     if (sp is not None and state.sp is None) or (fp is not None and state.fp is None):
         return _State(sp if sp is not None else state.sp, fp if fp is not None else state.fp,
-                      state.regs)
+                      state.regs, state.alt)
     return state
 
 
@@ -138,14 +141,17 @@ def _address(base: Base, disp: int, state: _State) -> int | None:
         return None if state.sp is None else state.sp + disp
     if base is Base.FP:
         return None if state.fp is None else state.fp + disp
+    if base is Base.ALT:
+        return None if state.alt is None else state.alt + disp
     return None
 
 
 def _transfer(state: _State, eff: Effect, index: dict[int, int]) -> _State:
-    sp, fp, regs_t = state
+    sp, fp, regs_t, alt = state
     regs = list(regs_t)
     for store in eff.stores:
-        if store.base is Base.OTHER or (store.base is Base.FP and state.fp is None):
+        if store.base is Base.OTHER or (store.base is Base.FP and state.fp is None) or (
+                store.base is Base.ALT and state.alt is None):
             continue  # a pointer not known to point into the frame (rbp as a general register)
         at = _address(store.base, store.disp, state)
         if at is None:
@@ -181,7 +187,9 @@ def _transfer(state: _State, eff: Effect, index: dict[int, int]) -> _State:
         sp = _pointer(eff.sp.from_, eff.sp.add, state)
     if eff.fp is not None:
         fp = _pointer(eff.fp.from_, eff.fp.add, state)
-    return _State(sp, fp, tuple(regs))
+    if eff.alt is not None:
+        alt = _pointer(eff.alt.from_, eff.alt.add, state)
+    return _State(sp, fp, tuple(regs), alt)
 
 
 def _pointer(from_: str, add: int, state: _State) -> int | None:
@@ -189,6 +197,8 @@ def _pointer(from_: str, add: int, state: _State) -> int | None:
         return state.sp + add
     if from_ == "fp" and state.fp is not None:
         return state.fp + add
+    if from_ == "alt" and state.alt is not None:
+        return state.alt + add
     return None
 
 
@@ -247,7 +257,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     # Indirect jumps through a jump table the decoder recognises go to its
     # entries only; the others may go anywhere (see the module docstring).
     tables: dict[int, list[int]] = {}
-    if read is not None and arch.name in ("amd64", "aarch64"):
+    if read is not None and arch.name in ("amd64", "aarch64", "s390x"):
         leaders = {eff.target for eff in effects if eff.target is not None}
         sources: dict[int, list[int]] = {}
         for i, eff in enumerate(effects):
@@ -256,6 +266,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
         for i, eff in enumerate(effects):
             if eff.flow is Flow.INDIRECT:
                 targets = (amd64_jump_table(effects, i, leaders, read) if arch.name == "amd64"
+                           else s390x_jump_table(effects, i, read) if arch.name == "s390x"
                            else aarch64_jump_table(effects, i, sources, read))
                 if targets is not None and all(t in at or not start <= t < end for t in targets):
                     tables[i] = [at[t] for t in targets if t in at]
