@@ -49,7 +49,7 @@ _REG_STORES = {"st": 4, "sty": 4, "stg": 8, "sth": 2, "sthy": 2, "stc": 1, "stcy
                "stdy": 8, "ste": 4, "stey": 4, "strv": 4, "strvg": 8, "strvh": 2, "stfh": 4,
                "sthh": 2, "stch": 1, "stoc": 4, "stocg": 8, "stocfh": 4, "stcm": 4, "stcmy": 4,
                "stcmh": 4, "stpq": 16, "stm": 4, "stmy": 4, "stmg": 8, "stmh": 4, "stam": 4,
-               "stamy": 4}
+               "stamy": 4, "ntstg": 8}
 # Stores whose register is kept whole (a save): 8 bytes, not conditional, not byte-reversed.
 _SAVES = ("stg", "std", "stdy", "stmg")
 _MULTIPLE = ("stm", "stmy", "stmg", "stmh", "stam", "stamy", "lm", "lmy", "lmg", "lmh", "lam",
@@ -69,7 +69,7 @@ _SS_STORES = ("mvc", "mvcin", "mvn", "mvz", "mvo", "xc", "nc", "oc", "tr", "ed",
               "mvcdk", "mvcsk", "mvck")
 # Families that store with an extent this module does not work out.
 _STORE_PREFIXES = ("st", "mv", "vst", "vsce", "vupkz", "tbegin", "cs", "cds", "cvd", "laa", "lan",
-                   "lao", "lax")
+                   "lao", "lax", "czdt", "czxt", "cpdt", "cpxt", "ntst", "plo")
 # Instructions that read their register operands and write none of them.
 _READ_ONLY = frozenset({
     "c", "cy", "cg", "cgf", "ch", "chy", "cgh", "cr", "cgr", "cgfr", "cl", "cly", "clg", "clgf",
@@ -213,11 +213,13 @@ class S390X(_Decoder):
         (a conditional branch through a register: the function is then unknown)."""
         if mnem in ("brasl", "bras"):
             return Flow.CALL, imms[-1] if imms else None
-        if mnem in ("basr", "bas"):
+        if mnem in ("basr", "bas", "balr", "bal"):
             # basr R1,0 only loads the address of the next instruction.
-            if mnem == "basr" and len(regs) == 2 and regs[1] == ("r", 0):
+            if mnem in ("basr", "balr") and len(regs) == 2 and regs[1] == ("r", 0):
                 return Flow.FALL, None
             return Flow.CALL, None
+        if mnem in ("bsm", "bassm", "bakr", "bsa", "bsg"):
+            return None  # mode-switching branches: not in code this analysis follows
         if mnem in ("brc", "brcl", "bcr", "bc"):
             mask = imms[0] if imms else None
             if mask == 0:
@@ -278,10 +280,13 @@ class S390X(_Decoder):
             # lmg R1,R3: R1 through R3, wrapping round after r15.
             if len(regs) < 2 or regs[0][0] != regs[1][0]:
                 return self._regs_of(mnem, regs) | set(self.tracked) | {_SP, _FP}
-            first, last = regs[0][1], regs[1][1]
-            span = (last - first) % 16 + 1
-            return {d for k in range(span)
-                    if (d := self._dwarf(regs[0][0], (first + k) % 16)) is not None}
+            kind, first, last = regs[0][0], regs[0][1], regs[1][1]
+            if kind == "v":  # vlm V1,V3: V1 through V3 of 32, no wrap
+                numbers = range(first, last + 1) if last >= first else range(32)
+            else:
+                numbers = range(first, first + (last - first) % 16 + 1)
+            return {d for n in numbers if (d := self._dwarf(kind, n % 16 if kind == "r" else n))
+                    is not None}
         return self._regs_of(mnem, regs)
 
     def _regs_of(self, mnem: str, regs: list[tuple[str, int]]) -> set[int]:
@@ -348,12 +353,13 @@ class S390X(_Decoder):
                 first, last = regs[0][1], regs[1][1]
                 at = disp
                 for k in range((last - first) % 16 + 1):
-                    n = self._dwarf(regs[0][0], (first + k) % 16) if mnem == "stmg" else None
+                    n = self._dwarf(regs[0][0], (first + k) % 16) if mnem == "stmg" \
+                        and base is not Base.FRAME else None
                     yield Store(base, at, width, n if n in self._tracked else None)
                     at += width
                 return
             n = self._dwarf(*regs[0]) if regs else None
-            saved = n if mnem in _SAVES and n in self._tracked else None
+            saved = n if mnem in _SAVES and n in self._tracked and base is not Base.FRAME else None
             yield Store(base, disp, width, saved)
             return
         if mnem in _MEM_STORES:
