@@ -451,6 +451,7 @@ _KEEP_CC = frozenset({"l", "ly", "lg", "lgf", "llgf", "llgc", "llgh", "llc", "ll
                       "stdy", "ld", "ldy", "ldgr", "lgdr", "mvhi", "mvghi", "mvhhi", "mvi", "mvc",
                       "sllg", "srlg", "sllk", "srlk", "strl", "stgrl"})
 _TAKEN_LE = ("jle", "jnh", "jgle", "jgnh", "clijle", "clijnh", "clgijle", "clgijnh")
+_RETURN_GT = ("bhr",)  # bhr %r14: a return taken when above the bound
 _TAKEN_GT = ("jh", "jgh", "clijh", "clgijh")
 
 
@@ -478,22 +479,72 @@ def _bound(effects: list[Effect], k: int, index: int, leaders: dict[int, list[in
     return None
 
 
+_CALL_CLOBBERED = frozenset({0, 1, 2, 3, 4, 5, 14})
+_Sym = tuple[str, int, int]  # ("idx", I, 0) | ("tab", T, 0) | ("ent", T, I)
+
+
+def _sym(sym: dict[int, _Sym], reg: int, effects: list[Effect],
+         leaders: dict[int, list[int]]) -> _Sym | None:
+    if reg in sym:
+        return sym[reg]
+    table = _single_larl(effects, reg, leaders)
+    return None if table is None else ("tab", table, 0)
+
+
+def _single_larl(effects: list[Effect], reg: int, leaders: dict[int, list[int]]) -> int | None:
+    """T when callee-saved ``reg`` (r11 too) is written by exactly one instruction of the
+    function, ``larl %rREG,T`` (a table base hoisted out of a loop), besides
+    the epilogue's restores (lmg/lg followed only by loads up to a return)."""
+    if reg not in CALLEE_SAVED["s390x"] and reg != _FP:
+        return None
+    found: int | None = None
+    for k, eff in enumerate(effects):
+        if reg not in eff.clobbers and not any(ld.reg == reg for ld in eff.loads) and not (
+                reg == _FP and eff.fp is not None):
+            continue
+        if _operands(eff.text)[0] in ("lmg", "lg") and _falls_to_return(effects, k + 1, leaders):
+            continue
+        mnem, ops = _operands(eff.text)
+        if found is not None or mnem != "larl" or len(ops) != 2 or _gpr(ops[0]) != reg:
+            return None
+        found = _int(ops[1])
+    return found
+
+
+def _falls_to_return(effects: list[Effect], k: int, leaders: dict[int, list[int]]) -> bool:
+    while k < len(effects) and effects[k].address not in leaders:
+        eff = effects[k]
+        if eff.flow is Flow.RETURN or (eff.flow is Flow.JUMP and eff.target is not None and not (
+                effects[0].address <= eff.target < effects[-1].address + effects[-1].size)):
+            return True  # br %r14, or a tail call (jg out of the function)
+        if eff.flow is not Flow.FALL or _operands(eff.text)[0] not in ("ld", "ldy", "lg", "lmg"):
+            return False
+        k += 1
+    return False
+
+
 def s390x_jump_table(effects: list[Effect], i: int,
                      read: Callable[[int, int], bytes | None]) -> list[int] | None:
-    """Targets of the jump table that ``b 0(%rX,%rT)`` at ``effects[i]``
+    """Targets of the jump table that ``b 0(%rX,%rY)`` at ``effects[i]``
     dispatches through, for gcc's s390x form; None when it is not exactly that:
 
         clfi %rI,N ; jh DEFAULT            (falls into L)  and/or
         clfi %rI,N ; jle L | jnh L         (the only branches to L)
-     L: risbg %rA,%rI,S,0xbc,3 (S >= 29) | sllg %rA,%rI,3 ;  larl %rT,T ;
-        lg %rX,0(%rA,%rT) ; b 0(%rX,%rT)   (index and base in either order)
+     L: risbg %rA,%rI,S,0xbc,3 (S >= 29) | sllg %rA,%rI,3 ;
+        larl %rT,T (or %rT a callee-saved register set once, to T) ;
+        lg %rE,0(%rA,%rT) ; b 0(%rE,%rT)
 
-    (``clij %rI,N,...`` may stand for the compare and branch). Between the
-    ``jh`` and L only instructions that are no branch targets and do not name
-    rI; inside L none that names the block's registers. The N + 1 entries are
-    8-byte offsets from T, read from the file; reading more (a masked index)
-    only adds targets. The compare bounds the low 32 bits: with ``sllg`` gcc
-    has proven the high bits 0 (else the program would jump through garbage).
+    in any order inside L (up to 8 instructions, none a branch target), with
+    any register operand order and T loaded into two registers or copied
+    (``lgr``); any other instruction that names a register of the block
+    cancels what the block knows about it. (``clij %rI,N,...`` may stand for
+    the compare and branch.) Between the ``jh`` and L only instructions that
+    are no branch targets and do not name rI. A call (``brasl``) may fall into
+    L when rI is call-clobbered: gcc dispatches on it there only after a call
+    that does not return. The N + 1 entries are 8-byte offsets from T, read
+    from the file; reading more (a masked index) only adds targets. The
+    compare bounds the low 32 bits: with ``sllg`` gcc has proven the high
+    bits 0 (else the program would jump through garbage).
     """
     leaders: dict[int, list[int]] = {}
     for k, eff in enumerate(effects):
@@ -503,70 +554,84 @@ def s390x_jump_table(effects: list[Effect], i: int,
     m = _MEM_RE.match(ops[0]) if mnem == "b" and len(ops) == 1 else None
     if m is None or _int(m.group(1)) != 0 or m.group(2) is None or m.group(2) == m.group(3):
         return None
-    want = {int(m.group(2)), int(m.group(3))}  # the entry and the table base, either order
-    table: int | None = None
-    entry_reg: int | None = None
-    base_reg: int | None = None
-    scaled: int | None = None
-    index_reg: int | None = None
+    # L starts at the scaling of the index, at most 8 instructions up.
     start: int | None = None
-    j = i - 1
-    while j >= 0 and i - j <= 8:
+    for j in range(i - 1, max(-1, i - 9), -1):
+        mnem, ops = _operands(effects[j].text)
+        if mnem in ("risbg", "sllg") and len(ops) >= 3 and _int(ops[-1]) == 3 and (
+                mnem == "sllg" or (len(ops) == 5 and _int(ops[3]) == 0xBC
+                                   and (_int(ops[2]) or 0) >= 29)):
+            start = j
+            break
+    if start is None:
+        return None
+    # Symbolic execution of L.
+    sym: dict[int, _Sym] = {}
+    index_reg: int | None = None
+    for j in range(start, i):
         eff = effects[j]
-        if effects[j + 1].address in leaders or eff.flow is not Flow.FALL:
+        if (j > start and eff.address in leaders) or eff.flow is not Flow.FALL:
             return None
         mnem, ops = _operands(eff.text)
         dest = _gpr(ops[0]) if ops else None
-        if entry_reg is None:
-            if mnem != "lg" or dest not in want or len(ops) != 2:
-                if any(_names(eff.text, r) for r in want):
-                    return None
-                j -= 1
-                continue
-            mm = _MEM_RE.match(ops[1])
-            if mm is None or _int(mm.group(1)) != 0 or mm.group(2) is None:
-                return None
-            pair = {int(mm.group(2)), int(mm.group(3))}
-            entry_reg = dest
-            base_reg = (want - {dest}).pop()
-            if base_reg not in pair or len(pair) != 2:
-                return None
-            scaled = (pair - {base_reg}).pop()
-        elif mnem == "larl" and dest == base_reg and table is None and len(ops) == 2:
-            table = _int(ops[1])
-        elif mnem in ("risbg", "sllg") and dest == scaled and len(ops) >= 3:
+        value: _Sym | None = None
+        if j == start:
             index_reg = _gpr(ops[1])
-            if _int(ops[-1]) != 3 or (mnem == "risbg" and (
-                    len(ops) != 5 or _int(ops[3]) != 0xBC or (_int(ops[2]) or 0) < 29)):
+            value = ("idx", index_reg or 0, 0)
+            if index_reg is None:
                 return None
-            start = j
-            break
-        elif any(_names(eff.text, r) for r in (base_reg, scaled)):
-            return None
-        j -= 1
-    if start is None or index_reg is None or table is None:
+        elif mnem == "larl" and len(ops) == 2 and _int(ops[1]) is not None:
+            value = ("tab", _int(ops[1]) or 0, 0)
+        elif mnem == "lgr" and len(ops) == 2 and _gpr(ops[1]) in sym:
+            value = sym[_gpr(ops[1]) or 0]
+        elif mnem == "lg" and len(ops) == 2 and (mm := _MEM_RE.match(ops[1])) is not None \
+                and _int(mm.group(1)) == 0 and mm.group(2) is not None:
+            pair = [_sym(sym, int(mm.group(g)), effects, leaders) for g in (2, 3)]
+            kinds = sorted(p for p in pair if p is not None)
+            if len(kinds) == 2 and kinds[0][0] == "idx" and kinds[1][0] == "tab":
+                value = ("ent", kinds[1][1], kinds[0][1])
+        if value is not None and dest is not None:
+            sym[dest] = value  # the forms above write their first operand only
+        else:
+            for reg in list(sym):
+                if _names(eff.text, reg):
+                    del sym[reg]
+    pair = [_sym(sym, int(m.group(g)), effects, leaders) for g in (2, 3)]
+    kinds = sorted(p for p in pair if p is not None)
+    if len(kinds) != 2 or kinds[0][0] != "ent" or kinds[1][0] != "tab" \
+            or kinds[0][1] != kinds[1][1] or kinds[0][2] != index_reg or index_reg is None:
         return None
-    # Every way into L bounds the index.
+    table = kinds[1][1]
+    # L's entry: up from the scaling over instructions that leave rI alone,
+    # to a branch target or what does not fall through. Every way in bounds rI.
+    entry = start
+    while entry > 0 and effects[entry].address not in leaders \
+            and effects[entry - 1].flow is Flow.FALL \
+            and not _names(effects[entry - 1].text, index_reg) \
+            and _operands(effects[entry - 1].text)[0] not in _RETURN_GT:
+        entry -= 1
     bound = -1
-    for k in leaders.get(effects[start].address, []):
+    for k in leaders.get(effects[entry].address, []):
         n = _bound(effects, k, index_reg, leaders)
         if n is None or _operands(effects[k].text)[0] not in _TAKEN_LE:
             return None
         bound = max(bound, n)
-    prev = start - 1
-    while prev >= 0 and effects[prev].flow is Flow.FALL:
-        if _names(effects[prev].text, index_reg) or effects[prev + 1].address in leaders \
-                and prev + 1 != start:
+    prev = entry - 1
+    if prev >= 0 and _operands(effects[prev].text) == ("bhr", ["%r14"]):
+        # clfi %rI,N ; bhr %r14 (return when above N) ; [prologue] ; L
+        n = _bound(effects, prev, index_reg, leaders)
+        if n is None:
             return None
-        prev -= 1
-    if prev < 0 or (prev + 1 != start and effects[prev + 1].address in leaders):
-        return None
-    if effects[prev].flow is Flow.COND:
+        bound = max(bound, n)
+    elif prev < 0 or effects[prev].flow is Flow.FALL:
+        return None  # the index is set just before: no bound seen
+    elif effects[prev].flow is Flow.COND:
         n = _bound(effects, prev, index_reg, leaders)
         if n is None or _operands(effects[prev].text)[0] not in _TAKEN_GT:
             return None
         bound = max(bound, n)
-    elif effects[prev].flow not in (Flow.JUMP, Flow.RETURN, Flow.INDIRECT, Flow.STOP):
+    elif effects[prev].flow not in (Flow.JUMP, Flow.RETURN, Flow.INDIRECT, Flow.STOP) and not (
+            effects[prev].flow is Flow.CALL and index_reg in _CALL_CLOBBERED):
         return None
     if not 0 <= bound < _TABLE_MAX:
         return None
