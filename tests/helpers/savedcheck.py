@@ -179,15 +179,6 @@ def _graph(section: SFrameSection, table: CFITable, fde: FDE) -> tuple[list[int]
     return addrs, preds, writes
 
 
-def _s390x_reg(name: str) -> tuple[str, int] | None:
-    name = name.lstrip("%")
-    if name.isdigit():
-        return "r", int(name)
-    if len(name) > 1 and name[0] in "rfv" and name[1:].isdigit():
-        return name[0], int(name[1:])
-    return None
-
-
 def _s390x_graph(section: SFrameSection, table: CFITable, fde: FDE, code: bytes,
                  ) -> tuple[list[int], dict[int, set[int]], dict[int, set[int]]]:
     """The s390x graph. Writes are over-stated on their own terms, not the
@@ -202,6 +193,7 @@ def _s390x_graph(section: SFrameSection, table: CFITable, fde: FDE, code: bytes,
     import capstone
 
     from sframe_core.effects_s390x import _FPR_DWARF, _PAIRS
+    from sframe_core.effects_s390x import _reg as _s390x_reg
 
     arch = getattr(capstone, "CS_ARCH_SYSTEMZ", None) or capstone.CS_ARCH_SYSZ
     md = capstone.Cs(arch, capstone.CS_MODE_BIG_ENDIAN)
