@@ -84,6 +84,10 @@ class Effect(NamedTuple):
     fp: SPOp | None = None  # None: FP unchanged
     text: str = ""
     alt: SPOp | None = None  # None: ALT unchanged (ABIs without one never set it)
+    # Untracked registers written that may hold a tracked register's value
+    # (s390x f0-f7), and whole-register copies (dst, src) between the two.
+    others: frozenset[int] = frozenset()
+    moves: tuple[tuple[int, int], ...] = ()
 
 
 # Callee-saved registers other than the FP, by DWARF number.

@@ -39,6 +39,8 @@ _SP, _FP, _RA = 15, 11, 14
 # DWARF numbers of f0..f15 (the s390x ELF ABI's odd order: f0 f2 f4 f6 f1 f3 ...).
 _FPR_DWARF = {n: 16 + i for i, n in enumerate((0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15))}
 _DWARF_FPR = {d: n for n, d in _FPR_DWARF.items()}
+# Call-clobbered FPRs f0-f7: gcc keeps r6-r13 there in leaf functions (ldgr/lgdr).
+_HOLDERS = frozenset(_FPR_DWARF[n] for n in range(8))
 # Registers the analysis follows as pointers into the frame.
 _POINTERS = {_SP: "sp", _FP: "fp", _RA: "alt"}
 # The callee's register save area: what a call may write below the caller's SP + 160.
@@ -81,6 +83,12 @@ _READ_ONLY = frozenset({
     "tm", "tmy", "tmll", "tmlh", "tmhl", "tmhh", "tml", "tmh", "tcdb", "tceb", "tcxb",
     "pfd", "pfdrl", "niai", "ppa", "bpp", "bprp", "svc",
 } | set(_REG_STORES))
+# Loads and copies that write their first operand only.
+# (Not ldgr: taking its source as written too makes the rule "in fN" from
+# the copy on, as gcc's .cfi_register says.)
+_FIRST_ONLY = frozenset({"lgr", "lr", "lgdr", "ldr", "ler", "lgfr", "llgfr", "llgcr",
+                         "llghr", "lgbr", "lghr", "lg", "l", "ly", "ld", "ldy", "lgf", "llgf",
+                         "lghi", "lhi", "la", "lay", "larl"})
 # Instructions whose register operand R names an even-odd pair (R and R + 1 written).
 _PAIRS = frozenset({"m", "mr", "mfy", "mg", "mgrk", "mlgr", "mlg", "mlr", "ml", "dr", "d", "dlr", "dl",
                     "dlgr", "dlg", "dsgr", "dsg", "dsgfr", "dsgf", "cds", "cdsy", "cdsg", "lpq",
@@ -190,20 +198,26 @@ class S390X(_Decoder):
             # The callee keeps r6-r13, f8-f15 and r15 and may write its register
             # save area, 0..160 above this SP; r14 (and r0-r5) are not tracked.
             return Effect(addr, size, kind, target, (Store(Base.SP, 0, _SAVE_AREA),), (),
-                          frozenset(), None, None, text, UNKNOWN_OP)
+                          frozenset(), None, None, text, UNKNOWN_OP, _HOLDERS)
         written = self._written(mnem, regs)
         stores = tuple(self._stores(mnem, regs, mems))
         loads = tuple(self._loads(mnem, regs, mems))
         if mnem in ("ex", "exrl"):
             # The target instruction, with a length from a register: it may
             # write any register and anything in the frame.
-            written |= set(self.tracked) | {_SP, _FP}
+            written |= set(self.tracked) | {_SP, _FP, _RA} | _HOLDERS
             stores += (Store(Base.FRAME, 0, None),)
         sp = self._pointer_op(mnem, regs, imms, mems, _SP) if _SP in written else None
         fp = self._pointer_op(mnem, regs, imms, mems, _FP) if _FP in written else None
         alt = self._pointer_op(mnem, regs, imms, mems, _RA) if _RA in written else None
         clobbers = frozenset((written & self._tracked) - {ld.reg for ld in loads})
-        return Effect(addr, size, kind, target, stores, loads, clobbers, sp, fp, text, alt)
+        moves: tuple[tuple[int, int], ...] = ()
+        if mnem in ("ldgr", "lgdr") and len(regs) == 2:  # a GPR to an FPR, or back
+            dst, src = self._dwarf(*regs[0]), self._dwarf(*regs[1])
+            if dst is not None and src is not None:
+                moves = ((dst, src),)
+        return Effect(addr, size, kind, target, stores, loads, clobbers, sp, fp, text, alt,
+                      frozenset(written & _HOLDERS), moves)
 
     # -- control flow ------------------------------------------------------------
 
@@ -276,6 +290,8 @@ class S390X(_Decoder):
             if mnem.startswith(("bas", "bsm", "bakr")) and regs:
                 return self._regs_of(mnem, regs[:1])
             return set()
+        if mnem in _FIRST_ONLY and regs:
+            return self._regs_of(mnem, regs[:1])
         if mnem in _MULTIPLE or mnem.startswith("vlm"):
             # lmg R1,R3: R1 through R3, wrapping round after r15.
             if len(regs) < 2 or regs[0][0] != regs[1][0]:
