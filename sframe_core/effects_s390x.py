@@ -146,14 +146,17 @@ class S390X(_Decoder):
         self._gpr_names: dict[int, tuple[str, int] | None] = {}
 
     def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
-        # The length is in the first two bits; decode one at a time so that one
-        # bad instruction is one None.
+        # capstone stops at an instruction it cannot decode; the length is in
+        # the first two bits, so one bad instruction is one None and decoding
+        # goes on after it.
         off = 0
         while off + 2 <= len(code):
-            length = (2, 4, 4, 6)[code[off] >> 6]
-            insns = list(self._cs.disasm(code[off:off + length], address + off, 1))
-            yield self._effect(insns[0]) if insns and insns[0].size == length else None
-            off += length
+            for insn in self._cs.disasm(code[off:], address + off):
+                yield self._effect(insn)
+                off += insn.size
+            if off + 2 <= len(code):
+                yield None
+                off += (2, 4, 4, 6)[code[off] >> 6]
         if off < len(code):
             yield None
 
