@@ -39,6 +39,7 @@ class Base(enum.Enum):
     FP = "fp"
     OTHER = "other"  # a pointer the analysis does not follow
     FRAME = "frame"  # SP or FP with an offset not known statically (an index register)
+    ALT = "alt"  # a scratch register the prologue points into the frame (s390x r14)
 
 
 class Store(NamedTuple):
@@ -62,7 +63,7 @@ class Load(NamedTuple):
 
 
 class SPOp(NamedTuple):
-    """New value of SP or FP: ``from_`` ("sp", "fp", or "" for unknown) plus ``add``."""
+    """New value of SP, FP or ALT: ``from_`` ("sp", "fp", "alt", or "" for unknown) plus ``add``."""
 
     from_: str
     add: int = 0
@@ -82,6 +83,11 @@ class Effect(NamedTuple):
     sp: SPOp | None = None  # None: SP unchanged
     fp: SPOp | None = None  # None: FP unchanged
     text: str = ""
+    alt: SPOp | None = None  # None: ALT unchanged (ABIs without one never set it)
+    # Untracked registers written that may hold a tracked register's value
+    # (s390x f0-f7), and whole-register copies (dst, src) between the two.
+    others: frozenset[int] = frozenset()
+    moves: tuple[tuple[int, int], ...] = ()
 
 
 # Callee-saved registers other than the FP, by DWARF number.
@@ -114,6 +120,10 @@ def decoder_for(arch: Arch) -> _Decoder | None:
             decoder = _AMD64()
         elif arch.name == "aarch64":
             decoder = _AArch64()
+        elif arch.name == "s390x":
+            from .effects_s390x import S390X  # its own module: s390x has no capstone access data
+
+            decoder = S390X()
     _DECODERS[arch.name] = decoder
     return decoder
 

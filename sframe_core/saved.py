@@ -41,6 +41,7 @@ from typing import NamedTuple
 
 from .abi import Arch
 from .effects import Base, Effect, Flow, aarch64_jump_table, amd64_jump_table, decoder_for
+from .effects_s390x import s390x_jump_table
 from .rows import SAME, CFARule, Rule, RuleKind
 
 __all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis"]
@@ -87,24 +88,28 @@ class Analysis(NamedTuple):
 
 # One register's state: (CFA offset of a slot holding the caller's value or
 # None, the register itself holds the caller's value, the slot is still to be
-# restored from: not yet loaded back, so the compiler keeps it intact).
-_Reg = tuple[int | None, bool, bool]
-_LOST: _Reg = (None, False, False)
+# restored from: not yet loaded back, so the compiler keeps it intact, another
+# register that holds the caller's value or None: s390x leaf functions keep
+# r6-r13 in f0-f7).
+_Reg = tuple[int | None, bool, bool, int | None]
+_LOST: _Reg = (None, False, False, None)
 
 
 class _State(NamedTuple):
     sp: int | None  # SP - CFA
     fp: int | None  # FP - CFA
     regs: tuple[_Reg, ...]
+    alt: int | None = None  # ALT - CFA (a scratch base register saves go through: s390x r14)
 
 
 def _meet(a: _State, b: _State) -> _State:
     if a == b:
         return a
     regs = tuple(ra if ra == rb else ((ra[0] if ra[0] == rb[0] else None), ra[1] and rb[1],
-                                      ra[2] and rb[2])
+                                      ra[2] and rb[2], ra[3] if ra[3] == rb[3] else None)
                  for ra, rb in zip(a.regs, b.regs, strict=True))
-    return _State(a.sp if a.sp == b.sp else None, a.fp if a.fp == b.fp else None, regs)
+    return _State(a.sp if a.sp == b.sp else None, a.fp if a.fp == b.fp else None, regs,
+                  a.alt if a.alt == b.alt else None)
 
 
 # CFA rule -> expected (SP - CFA, FP - CFA); None: the rule says nothing about it.
@@ -126,10 +131,10 @@ def _reconcile(state: _State, anchor: Anchor) -> _State:
     if (sp is not None and state.sp is not None and sp != state.sp) or (
             fp is not None and state.fp is not None and fp != state.fp):
         # The simulation and SFrame disagree: trust neither for the registers.
-        return _State(sp, fp, tuple(_LOST for _ in state.regs))
+        return _State(sp, fp, tuple(_LOST for _ in state.regs), None)
     if (sp is not None and state.sp is None) or (fp is not None and state.fp is None):
         return _State(sp if sp is not None else state.sp, fp if fp is not None else state.fp,
-                      state.regs)
+                      state.regs, state.alt)
     return state
 
 
@@ -138,14 +143,17 @@ def _address(base: Base, disp: int, state: _State) -> int | None:
         return None if state.sp is None else state.sp + disp
     if base is Base.FP:
         return None if state.fp is None else state.fp + disp
+    if base is Base.ALT:
+        return None if state.alt is None else state.alt + disp
     return None
 
 
 def _transfer(state: _State, eff: Effect, index: dict[int, int]) -> _State:
-    sp, fp, regs_t = state
+    sp, fp, regs_t, alt = state
     regs = list(regs_t)
     for store in eff.stores:
-        if store.base is Base.OTHER or (store.base is Base.FP and state.fp is None):
+        if store.base is Base.OTHER or (store.base is Base.FP and state.fp is None) or (
+                store.base is Base.ALT and state.alt is None):
             continue  # a pointer not known to point into the frame (rbp as a general register)
         at = _address(store.base, store.disp, state)
         if at is None:
@@ -153,35 +161,59 @@ def _transfer(state: _State, eff: Effect, index: dict[int, int]) -> _State:
             # unknown after alloca). A slot the function will still restore
             # from is not overwritten (the precondition); one whose register
             # was restored already may be reused, so it is forgotten.
-            regs = [reg if pinned else (None, live, False) for reg in regs
-                    for _, live, pinned in (reg,)]
+            regs = [reg if pinned else (None, live, False, held) for reg in regs
+                    for _, live, pinned, held in (reg,)]
             continue
         end = None if store.size is None else at + store.size
-        for i, (slot, live, _) in enumerate(regs):
+        for i, (slot, live, _, held) in enumerate(regs):
             if slot is not None and slot + 8 > at and (end is None or slot < end):
-                regs[i] = (None, live, False)
+                regs[i] = (None, live, False, held)
         if store.reg is not None:
             i = index[store.reg]
-            slot, live, pinned = regs[i]
+            slot, live, pinned, held = regs[i]
             if live and store.size is not None and store.size >= 8:
-                regs[i] = (slot, True, pinned) if slot is not None else (at, True, True)
+                regs[i] = (slot, True, pinned, held) if slot is not None else (at, True, True, held)
     for load in eff.loads:
         i = index[load.reg]
-        slot, _, pinned = regs[i]
+        slot, _, pinned, held = regs[i]
         at = _address(load.base, load.disp, state)
         if slot is not None and at == slot and load.size == 8:
-            regs[i] = (slot, True, False)  # restored: the slot may be reused from now on
+            regs[i] = (slot, True, False, held)  # restored: the slot may be reused from now on
         else:
-            regs[i] = (slot, False, pinned)
+            regs[i] = (slot, False, pinned, held)
     for reg in eff.clobbers:
         k = index.get(reg)
         if k is not None:
-            regs[k] = (regs[k][0], False, regs[k][2])
+            regs[k] = (regs[k][0], False, regs[k][2], regs[k][3])
+    if eff.others or eff.moves or any(r[3] is not None for r in regs):
+        regs = _moves(regs, regs_t, eff, index)
     if eff.sp is not None:
         sp = _pointer(eff.sp.from_, eff.sp.add, state)
     if eff.fp is not None:
         fp = _pointer(eff.fp.from_, eff.fp.add, state)
-    return _State(sp, fp, tuple(regs))
+    if eff.alt is not None:
+        alt = _pointer(eff.alt.from_, eff.alt.add, state)
+    return _State(sp, fp, tuple(regs), alt)
+
+
+def _moves(regs: list[_Reg], before: tuple[_Reg, ...], eff: Effect,
+           index: dict[int, int]) -> list[_Reg]:
+    """Copies to and from other registers: a register written forgets the
+    values it held; ``(dst, src)`` with ``src`` a tracked register holding the
+    caller's value (before the instruction) makes ``dst`` hold it; with ``dst``
+    tracked and ``src`` what holds its caller's value, ``dst`` has it again."""
+    written = eff.others | eff.clobbers | {ld.reg for ld in eff.loads} | {d for d, _ in eff.moves}
+    regs = [(slot, live, pinned, None if held in written else held)
+            for slot, live, pinned, held in regs]
+    for dst, src in eff.moves:
+        j, k = index.get(src), index.get(dst)
+        if j is not None and k is None and before[j][1]:
+            slot, live, pinned, _ = regs[j]
+            regs[j] = (slot, live, pinned, dst)
+        elif k is not None and j is None and before[k][3] == src:
+            slot, _, pinned, _ = regs[k]
+            regs[k] = (slot, True, pinned, None if src in written else src)
+    return regs
 
 
 def _pointer(from_: str, add: int, state: _State) -> int | None:
@@ -189,17 +221,21 @@ def _pointer(from_: str, add: int, state: _State) -> int | None:
         return state.sp + add
     if from_ == "fp" and state.fp is not None:
         return state.fp + add
+    if from_ == "alt" and state.alt is not None:
+        return state.alt + add
     return None
 
 
 def _rules(state: _State, tracked: Sequence[int], red_zone: int) -> Regs:
     out: list[tuple[int, Rule]] = []
     sp = state.sp
-    for reg, (slot, live, _) in zip(tracked, state.regs, strict=True):
+    for reg, (slot, live, _, held) in zip(tracked, state.regs, strict=True):
         if slot is not None and (sp is None or slot >= sp - red_zone):
             out.append((reg, Rule(RuleKind.AT_CFA, slot)))
         elif live:
             out.append((reg, SAME))
+        elif held is not None:
+            out.append((reg, Rule(RuleKind.IN_REG, 0, held)))
     return tuple(out)
 
 
@@ -247,7 +283,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     # Indirect jumps through a jump table the decoder recognises go to its
     # entries only; the others may go anywhere (see the module docstring).
     tables: dict[int, list[int]] = {}
-    if read is not None and arch.name in ("amd64", "aarch64"):
+    if read is not None and arch.name in ("amd64", "aarch64", "s390x"):
         leaders = {eff.target for eff in effects if eff.target is not None}
         sources: dict[int, list[int]] = {}
         for i, eff in enumerate(effects):
@@ -256,6 +292,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
         for i, eff in enumerate(effects):
             if eff.flow is Flow.INDIRECT:
                 targets = (amd64_jump_table(effects, i, leaders, read) if arch.name == "amd64"
+                           else s390x_jump_table(effects, i, read) if arch.name == "s390x"
                            else aarch64_jump_table(effects, i, sources, read))
                 if targets is not None and all(t in at or not start <= t < end for t in targets):
                     tables[i] = [at[t] for t in targets if t in at]
@@ -263,7 +300,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     index = {reg: i for i, reg in enumerate(tracked)}
     anchors = [_anchor(cfa_at(eff.address), arch) for eff in effects]
     entry = _reconcile(_State(-_ENTRY_CFA[arch.name], None,
-                              tuple((None, True, False) for _ in tracked)),
+                              tuple((None, True, False, None) for _ in tracked)),
                        anchors[0])
     states: list[_State | None] = [None] * len(effects)
     states[0] = entry

@@ -486,3 +486,109 @@ def test_lldb_symbol_file_pac(entry: Entry | None, tmp_path: Path) -> None:
     got = lldb_oracle_frames(out)
     assert "debug_frame UnwindPlan:" in out, out[-3000:]
     assert plain(got) == plain(want.frames), f"{got}\n{fmt('expected (twin)', want)}\n{command}"
+
+
+# -- s390x: what is inside the caller frames (issue 10) -----------------------------
+#
+# gdb-multiarch at a deep stop: every callee-saved register (r6-r15, f8-f15)
+# and every variable in scope, in every caller frame. The oracle is gdb's own
+# DWARF unwinder on the twin (.eh_frame), without the plugin; ours is the
+# plugin on .noeh (SFrame + the code analysis of sframe_core.saved). Each
+# value ours shows must equal the oracle's; "unavailable" is allowed.
+
+S390X_BZIP2 = FIXTURES / "realprogs" / "s390x" / "bzip2" / "bzip2"
+S390X_VALUE_STOPS = [("deep", "stop_here"), ("bzip2", "BZ2_hbAssignCodes"),
+                     ("bzip2", "fallbackSort"), ("bzip2", "mainGtU")]
+_OURS = "==== OURS ===="
+
+
+def _s390x_program(name: str) -> tuple[Path, list[str]]:
+    if name == "deep":
+        return FIXTURES / "s390x" / "busid-v3" / "deep", []
+    from helpers.realprogs import BZIP2_INPUT
+
+    return S390X_BZIP2, ["-c", "-1", str(BZIP2_INPUT)]
+
+
+def _s390x_values(exe: Path, args: list[str], workdir: Path, breakpoint: str, *, plugin: bool,
+                  both: bool = False, steps: int = 0) -> list[list[Any]]:
+    """The values dump(s) at ``breakpoint``'s first hit (``both``: gdb's own
+    unwinder, then the plugin's, in the same process; ``steps``: that again
+    after each of so many ``nexti``)."""
+    from helpers.gdbtools import VALUES_SCRIPT, parse_values
+
+    def dumps() -> list[str]:
+        if not both:
+            return [f"source {VALUES_SCRIPT}", f"echo {_OURS}\\n"]
+        return ["set sframe mode off", "maint flush register-cache", "set $values_fpr_oracle = 1",
+                f"source {VALUES_SCRIPT}", f"echo {_OURS}\\n", "set $values_fpr_oracle = 0",
+                "set sframe mode always", "maint flush register-cache",
+                f"source {VALUES_SCRIPT}", f"echo {_OURS}\\n"]
+
+    after = ["set $values_depth = 6"] if steps else []
+    if not plugin:
+        after.append("set $values_fpr_oracle = 1")  # see helpers/gdb_values.py
+    after += dumps()
+    for _ in range(steps):
+        after += ["nexti"] + dumps()
+    stub = QemuStub("s390x", exe, args, cwd=workdir).start()
+    try:
+        trace = gdb_live(gdb_multiarch(), stub, exe, workdir, plugin=plugin, after_stop=after,
+                         breakpoint=breakpoint)
+    finally:
+        stub.close()
+    assert "Traceback" not in trace.output and "Python Exception" not in trace.output, \
+        fmt("python errors", trace)
+    # Each dump ends with the marker; what follows the last one is gdb_live's bt.
+    return [parse_values(chunk) for chunk in trace.output.split(_OURS)[:-1]]
+
+
+@pytest.mark.parametrize(("name", "breakpoint"), S390X_VALUE_STOPS)
+def test_gdb_s390x_caller_frame_values(name: str, breakpoint: str, tmp_path: Path) -> None:
+    """.noeh with the plugin against the twin under gdb alone, same stop. Both
+    files are run under the same path (argv[0] and so the stack are the same)."""
+    from helpers.gdbtools import compare_values
+
+    need_plugin(GDB_PLUGIN)
+    twin, args = _s390x_program(name)
+    noeh = twin.with_name(twin.name + ".noeh")
+    assert twin.is_file() and noeh.is_file(), f"missing fixture {twin} or {noeh}"
+    runs = []
+    for kind, src, plugin in (("twin", twin, False), ("noeh", noeh, True)):
+        work = tmp_path / kind
+        work.mkdir()
+        exe = work / "prog"
+        exe.write_bytes(src.read_bytes())
+        exe.chmod(0o755)
+        runs.append(_s390x_values(exe, args, work, breakpoint, plugin=plugin)[0])
+    native, ours = runs
+    assert len(native) >= 4, native
+    shown, same = compare_values(native, ours, f"s390x {name} at {breakpoint}")
+    regs = sum(1 for f in native[1:] for k, v in f.items.items()
+               if k.startswith("REG ") and v != "<unavailable>")
+    print(f"s390x {name} at {breakpoint}: {same} of {shown} caller-frame values shown "
+          f"({regs} registers)")
+    assert same >= 0.9 * shown, (same, shown)
+
+
+def test_gdb_s390x_nexti_values_match(tmp_path: Path) -> None:
+    """Every instruction from BZ2_hbMakeCodeLengths' entry (stmg, r14 pointed
+    below the register save area, std of f8-f15 through it) into its body:
+    the caller frames' registers and variables, gdb's unwinder against ours
+    on the twin at each."""
+    from helpers.gdbtools import compare_values
+
+    need_plugin(GDB_PLUGIN)
+    _, args = _s390x_program("bzip2")
+    chunks = _s390x_values(S390X_BZIP2, args, tmp_path, "*BZ2_hbMakeCodeLengths", plugin=True,
+                           both=True, steps=40)
+    pairs = list(zip(chunks[0::2], chunks[1::2], strict=False))
+    assert len(pairs) == 41, len(pairs)
+    shown = same = 0
+    for step, (native, ours) in enumerate(pairs):
+        assert native and native[0].name == "BZ2_hbMakeCodeLengths", (step, native[:1])
+        s, m = compare_values(native, ours, f"step {step} at {native[0].pc:#x}")
+        shown += s
+        same += m
+    print(f"s390x nexti BZ2_hbMakeCodeLengths: {same} of {shown} caller-frame values shown")
+    assert same >= 0.9 * shown, (same, shown)

@@ -661,13 +661,15 @@ def _realprog_builds() -> list[object]:
 
     if not available():
         return [pytest.param(None, None, id="realprogs-missing")]
+    s390x = FIXTURES / "realprogs" / "s390x" / "bzip2" / "bzip2"
     return [pytest.param(program.path(producer, "noeh"), program.path(producer, "twin"),
-                         id=f"{program.name}-{producer}") for program, producer in builds()]
+                         id=f"{program.name}-{producer}") for program, producer in builds()] + [
+        pytest.param(s390x.with_name("bzip2.noeh"), s390x, id="bzip2-s390x-busid-v3")]
 
 
 @pytest.mark.parametrize(("noeh", "twin"), _realprog_builds())
 def test_round_trip_realprogs(noeh: Path | None, twin: Path | None, tmp_path: Path) -> None:
-    """lua5.4 and bzip2 (Debian -O2 -g, every producer): the rows read back
+    """lua5.4 and bzip2 (Debian -O2 -g, every producer; bzip2 for s390x): the rows read back
     equal the SFrame rows at every PC, checked at every boundary of either
     side's rows (rows are constant in between); debug info and symbols are
     copied from the module."""

@@ -26,6 +26,7 @@ from helpers.gdbtools import (
     VALUES_SCRIPT,
     FrameValues,
     Gdb,
+    compare_values,
     gdb_version,
     parse_bt,
     parse_values,
@@ -536,7 +537,6 @@ def _twin_register(gdb_path: str, program: Path, level: int, reg: str) -> str:
 # and every variable in scope, in every caller frame. Ours must show the same
 # value or "unavailable"; a different value fails the test.
 
-UNAVAILABLE = "<unavailable>"
 _STOPPED = re.compile(r"Temporary breakpoint 1(?:\.\d+)?, ")
 
 
@@ -556,26 +556,6 @@ def _both_ways(g: Gdb) -> tuple[list[FrameValues], list[FrameValues]]:
     return native, ours
 
 
-def _compare(native: list[FrameValues], ours: list[FrameValues], where: str) -> tuple[int, int]:
-    """(values gdb's own unwinder shows in caller frames, of which ours shows too)."""
-    assert [(f.pc, f.name) for f in ours] == [(f.pc, f.name) for f in native], where
-    shown = same = 0
-    for theirs, mine in zip(native, ours, strict=True):
-        if theirs.pc == native[0].pc and theirs.name == native[0].name:
-            continue  # the live registers
-        for key, value in theirs.items.items():
-            if value == UNAVAILABLE:
-                continue
-            shown += 1
-            got = mine.items.get(key, UNAVAILABLE)
-            if got == UNAVAILABLE:
-                continue
-            assert got == value, (f"{where}: frame {theirs.level} ({theirs.name}): {key} = {got}, "
-                                  f"gdb's own unwinder says {value}")
-            same += 1
-    return shown, same
-
-
 VALUE_STOPS = [("lua5.4", "busid-v3", "luaD_growstack"), ("lua5.4", "busid-v3", "sort_comp"),
                ("lua5.4", "bu2.40-v1", "str_gsub"), ("bzip2", "busid-v3", "BZ2_hbAssignCodes"),
                ("lua5.4", "busid-v3-fp", "luaV_concat"), ("lua5.4", "busid-v3-Os", "auxsort")]
@@ -592,7 +572,7 @@ def test_caller_frames_show_the_twins_values(gdb_path: str, name: str, producer:
         assert _STOPPED.search(out), out
         native, ours = _both_ways(g)
     assert len(native) >= rp.MIN_DEPTH
-    shown, same = _compare(native, ours, f"{name}/{producer} at {breakpoint}")
+    shown, same = compare_values(native, ours, f"{name}/{producer} at {breakpoint}")
     print(f"{name}/{producer} at {breakpoint}: {same} of {shown} caller-frame values shown")
     # Without the analysis about half are unavailable (rbx, r12-r15 and what
     # lives in them); with it nearly all are shown.
@@ -616,7 +596,7 @@ def test_noeh_values_equal_the_twins(gdb_path: str, tmp_path: Path) -> None:
             out = g.cmd(program.run_line(), timeout=300)
             assert _STOPPED.search(out), out
             dumps.append(_values(g))
-    shown, same = _compare(dumps[0], dumps[1], "bzip2 .noeh against the twin")
+    shown, same = compare_values(dumps[0], dumps[1], "bzip2 .noeh against the twin")
     assert same >= 0.9 * shown, (same, shown)
 
 
@@ -634,7 +614,7 @@ def test_nexti_through_a_function_values_match(gdb_path: str) -> None:
         step = 0
         for step in range(80):
             native, ours = _both_ways(g)
-            _compare(native, ours, f"step {step} at {native[0].pc:#x} in {native[0].name}")
+            compare_values(native, ours, f"step {step} at {native[0].pc:#x} in {native[0].name}")
             names.add(native[0].name)
             if native[0].name != "sort_comp":
                 break

@@ -193,3 +193,26 @@ def parse_values(text: str) -> list[FrameValues]:
             name, _, value = rest.partition(" ")
             frames[-1].items.setdefault(f"{kind} {name}", value)
     return frames
+
+
+UNAVAILABLE = "<unavailable>"
+
+
+def compare_values(native: list[FrameValues], ours: list[FrameValues], where: str) -> tuple[int, int]:
+    """(values gdb's own unwinder shows in caller frames, of which ours shows too)."""
+    assert [(f.pc, f.name) for f in ours] == [(f.pc, f.name) for f in native], where
+    shown = same = 0
+    for theirs, mine in zip(native, ours, strict=True):
+        if theirs.pc == native[0].pc and theirs.name == native[0].name:
+            continue  # the live registers
+        for key, value in theirs.items.items():
+            if value == UNAVAILABLE:
+                continue
+            shown += 1
+            got = mine.items.get(key, UNAVAILABLE)
+            if got == UNAVAILABLE:
+                continue
+            assert got == value, (f"{where}: frame {theirs.level} ({theirs.name}): {key} = {got}, "
+                                  f"gdb's own unwinder says {value}")
+            same += 1
+    return shown, same

@@ -42,10 +42,12 @@ from sframe_core.effects import (
     _A64_NAMES,
     _X86_NAMES,
     CALLEE_SAVED,
+    Flow,
     aarch64_jump_table,
     amd64_jump_table,
     decoder_for,
 )
+from sframe_core.effects_s390x import s390x_jump_table
 from sframe_core.elf import read_elf
 from sframe_core.format import FDE
 from sframe_core.rows import Row, Rule, RuleKind
@@ -103,6 +105,8 @@ def _graph(section: SFrameSection, table: CFITable, fde: FDE) -> tuple[list[int]
 
     code = section.code(fde.start, fde.size) if section.code else None
     assert code is not None
+    if section.arch.name == "s390x":
+        return _s390x_graph(section, table, fde, code)
     if section.arch.name == "amd64":
         md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         names = _X86_NAMES
@@ -172,6 +176,93 @@ def _graph(section: SFrameSection, table: CFITable, fde: FDE) -> tuple[list[int]
         for a in (tables[site] if site in tables else addrs):
             if a in preds:
                 preds[a].add(site)
+    return addrs, preds, writes
+
+
+def _s390x_graph(section: SFrameSection, table: CFITable, fde: FDE, code: bytes,
+                 ) -> tuple[list[int], dict[int, set[int]], dict[int, set[int]]]:
+    """The s390x graph. Writes are over-stated on their own terms, not the
+    decoder's (capstone 5 has no access data for s390x): every register an
+    instruction names is written, with R + 1 for the even-odd pair
+    instructions and R + 2 for extended (128-bit) FPR pairs, lmg/lm/vlm
+    ranges whole; stores (``st*``) write none; every call writes r14 only
+    (the ABI); ``ex``/``exrl`` write everything. As for ``pop`` on amd64, an
+    ``lmg``/``lg``/``ld`` that reads the slot .eh_frame names for a register
+    there (a restore) does not write it. Control flow is the decoder's (with
+    the jump tables it reads)."""
+    import capstone
+
+    from sframe_core.effects_s390x import _FPR_DWARF, _PAIRS
+    from sframe_core.effects_s390x import _reg as _s390x_reg
+
+    arch = getattr(capstone, "CS_ARCH_SYSTEMZ", None) or capstone.CS_ARCH_SYSZ
+    md = capstone.Cs(arch, capstone.CS_MODE_BIG_ENDIAN)
+    md.detail = True
+
+    def dwarf(kind: str, n: int) -> int | None:
+        if kind == "r" and n < 16:
+            return n
+        return _FPR_DWARF.get(n) if kind in "fv" else None
+
+    addrs: list[int] = []
+    writes: dict[int, set[int]] = {}
+    off = 0
+    while off + 2 <= len(code):
+        length = (2, 4, 4, 6)[code[off] >> 6]
+        insn = next(md.disasm(code[off:off + length], fde.start + off, 1))
+        off += length
+        mnem = insn.mnemonic
+        regs = [r for r in (_s390x_reg(insn.reg_name(op.reg) or "") for op in insn.operands
+                            if op.type == 1) if r is not None]
+        mems = [op.mem for op in insn.operands if op.type == 3]
+        written: set[int | None] = set()
+        if mnem in ("ex", "exrl"):
+            written.update(range(16), _FPR_DWARF.values())
+        elif mnem in ("brasl", "bras", "basr", "bas"):
+            written.add(dwarf(*regs[0]) if regs else 14)
+        elif mnem.startswith(("lm", "vlm")) and len(regs) >= 2:
+            first, last = regs[0][1], regs[1][1]
+            written.update(dwarf(regs[0][0], (first + k) % 16) for k in range((last - first) % 16 + 1))
+        elif not mnem.startswith("st"):
+            pair = mnem in _PAIRS or mnem.startswith(("km", "cu"))
+            extended = "x" in mnem[1:]  # 128-bit floating point: FPR pairs n, n + 2
+            for kind, n in regs:
+                written.update((dwarf(kind, n), dwarf(kind, n + 1) if kind == "r" and pair else None,
+                                dwarf(kind, n + 2) if kind != "r" and extended else None))
+        if mnem in ("lmg", "lg", "ld", "ldy") and mems and regs \
+                and _s390x_reg(insn.reg_name(mems[0].base) or "") == ("r", 15) and not mems[0].index:
+            # A restore, by .eh_frame's own rules: the register loaded from
+            # the slot .eh_frame names for it here.
+            row = table.row_at(insn.address)
+            if row is not None and row.cfa is not None and row.cfa.reg == 15 and not row.cfa.deref:
+                rules = dict(row.regs)
+                count = (regs[1][1] - regs[0][1]) % 16 + 1 if mnem == "lmg" and len(regs) >= 2 else 1
+                for k in range(count):
+                    reg = dwarf(regs[0][0], (regs[0][1] + k) % 16)
+                    rule = rules.get(reg) if reg is not None else None
+                    at = mems[0].disp + 8 * k - row.cfa.offset
+                    if rule is not None and rule.kind is RuleKind.AT_CFA and rule.offset == at:
+                        written.discard(reg)
+        addrs.append(insn.address)
+        writes[insn.address] = {r for r in written if r is not None}
+    preds: dict[int, set[int]] = {a: set() for a in addrs}
+    effects = list(decoder_for(section.arch).effects(code, fde.start))  # type: ignore[union-attr]
+    assert None not in effects and [e.address for e in effects if e] == addrs
+    index = {a: k for k, a in enumerate(addrs)}
+    for k, eff in enumerate(effects):
+        assert eff is not None
+        succ: list[int] = []
+        if eff.flow is Flow.INDIRECT:
+            found = s390x_jump_table(effects, k, section.code)  # type: ignore[arg-type]
+            succ = list(addrs) if found is None else found
+        elif eff.flow not in (Flow.RETURN, Flow.STOP):
+            if eff.target is not None and eff.flow is not Flow.CALL:
+                succ.append(eff.target)
+            if eff.flow is not Flow.JUMP and k + 1 < len(addrs):
+                succ.append(addrs[k + 1])
+        for a in succ:
+            if a in index:
+                preds[a].add(eff.address)
     return addrs, preds, writes
 
 
