@@ -306,10 +306,9 @@ class _Walk:
         outside all objfile code)."""
         if self._addresses is None:
             table = self.table
-            regions = [Region(lo, hi, True) for lo, hi in table.code] if table else []
-            core = table.core if table else []
-            find = None if core else _live_regions(gdb.selected_inferior())
-            self._addresses = AddressMap(regions + core, complete=bool(core), find=find)
+            base = table.address_map() if table is not None else AddressMap()
+            find = None if base.complete else _live_regions(gdb.selected_inferior())
+            self._addresses = base.with_find(find)
         return self._addresses
 
 
