@@ -390,7 +390,8 @@ def _mi_frames_equal(g: Gdb, pcs: list[int | None]) -> None:
     assert "^done,stack=" in out, out
     got = [int(a, 16) for a in re.findall(r'frame=\{level="\d+",addr="(0x[0-9a-f]+)"', out)]
     # (bt shows no address for a frame at the start of a line: None)
-    assert len(got) == len(pcs) and all(p in (None, a) for p, a in zip(pcs, got)), out
+    assert len(got) == len(pcs), out
+    assert all(p in (None, a) for p, a in zip(pcs, got, strict=True)), out
 
 
 def test_bt_past_main_ends_at_start(gdb_path: str) -> None:
