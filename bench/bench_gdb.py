@@ -4,11 +4,18 @@ Two measurements, each on ``deep.noeh`` with the plugin and on its twin
 ``deep`` (same code, with ``.eh_frame``) under plain gdb, in the same run:
 
 1. ``bt`` of a 10,000-deep recursion (``deep recurse 10000``), timed inside
-   gdb with ``time.perf_counter`` around ``gdb.execute('bt', to_string=True)``
+   gdb with ``time.process_time`` (gdb's CPU time: what the unwinding costs,
+   not how long a loaded machine kept gdb waiting) around
+   ``gdb.execute('bt', to_string=True)``
    after flushing the frame cache (``maint flush register-cache``), so each
-   repetition unwinds every frame again.
-2. ``stepi`` + ``bt`` per instruction through f2 .. f4 (what a user stepping
+   repetition unwinds every frame again; the best of ``--repeat`` after one
+   untimed bt.
+2. ``stepi`` + ``bt`` per instruction from f2 on (what a user stepping
    with a backtrace window pays), timed the same way.
+
+The gdbs of one measurement (native, and the plugin with each ``--saved``
+mode) run side by side and take turns, so that the ratios printed together
+were measured under the same load.
 
 Usage: python -m bench.bench_gdb [--gdb PATH] [--depth N] [--repeat N] [--saved on|off|both]
 (from the checkout). Prints absolute times and the plugin/native ratio
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from tests.helpers.gdbtools import GDBS, Gdb, fixture, gdb_version
@@ -34,18 +42,18 @@ def _sframe_bench_bt(repeat):
     frames = 0
     for _ in range(repeat):
         gdb.execute("maint flush register-cache", to_string=True)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = gdb.execute("bt", to_string=True)
-        t = time.perf_counter() - t0
+        t = time.process_time() - t0
         best = t if best is None else min(best, t)
         frames = out.count("\\n#") + 1
     print("BENCH bt %.6f %d" % (best, frames))
 def _sframe_bench_step(n):
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for _ in range(n):
         gdb.execute("stepi", to_string=True)
         gdb.execute("bt", to_string=True)
-    print("BENCH step %.6f %d" % (time.perf_counter() - t0, n))
+    print("BENCH step %.6f %d" % (time.process_time() - t0, n))
 end"""
 
 
@@ -57,32 +65,60 @@ def _session(gdb: str, program: Path, plugin: bool, saved: bool = True) -> Gdb:
     return g
 
 
-def bench_bt(gdb: str, depth: int, repeat: int, saved: bool = True) -> dict[str, tuple[float, int]]:
-    result = {}
-    for label, name, plugin in (("native", "deep", False), ("sframe", "deep.noeh", True)):
-        with _session(gdb, fixture("x86_64", PRODUCER, name), plugin, saved) as g:
+def _configs(saved_modes: tuple[bool, ...]) -> list[tuple[str, str, bool, bool]]:
+    """(label, fixture, plugin, saved registers): native first, then the plugin's modes."""
+    return [("native", "deep", False, True)] + [
+        (f"sframe-{'on' if saved else 'off'}", "deep.noeh", True, saved) for saved in saved_modes]
+
+
+def bench_bt(gdb: str, depth: int, repeat: int, saved_modes: tuple[bool, ...] = (True,)
+             ) -> dict[str, tuple[float, int]]:
+    """Best bt time per configuration. The gdbs run side by side and take
+    turns, one bt each per round (after one untimed bt), so that a change in
+    the machine's load hits every configuration alike."""
+    result: dict[str, tuple[float, int]] = {}
+    with ExitStack() as stack:
+        sessions = []
+        for label, name, plugin, saved in _configs(saved_modes):
+            g = stack.enter_context(_session(gdb, fixture("x86_64", PRODUCER, name), plugin, saved))
             g.cmd("break stop_here")
             g.cmd(f"run recurse {depth}", timeout=600)
-            out = g.cmd(f"python _sframe_bench_bt({repeat})", timeout=600)
-            m = re.search(r"BENCH bt (\S+) (\d+)", out)
-            if not m:
-                raise SystemExit(f"{label}: no result:\n{out[-2000:]}")
-            result[label] = (float(m.group(1)), int(m.group(2)))
+            g.cmd("python _sframe_bench_bt(1)", timeout=600)  # warm: symbols, analysis
+            sessions.append((label, g))
+        for _ in range(repeat):
+            for label, g in sessions:
+                out = g.cmd("python _sframe_bench_bt(1)", timeout=600)
+                m = re.search(r"BENCH bt (\S+) (\d+)", out)
+                if not m:
+                    raise SystemExit(f"{label}: no result:\n{out[-2000:]}")
+                t, frames = float(m.group(1)), int(m.group(2))
+                if label not in result or t < result[label][0]:
+                    result[label] = (t, frames)
     return result
 
 
-def bench_step(gdb: str, steps: int, saved: bool = True) -> dict[str, float]:
-    result = {}
-    for label, name, plugin in (("native", "deep", False), ("sframe", "deep.noeh", True)):
-        with _session(gdb, fixture("x86_64", PRODUCER, name), plugin, saved) as g:
+def bench_step(gdb: str, steps: int, saved_modes: tuple[bool, ...] = (True,)) -> dict[str, float]:
+    """Time per stepi+bt, the configurations taking turns ten steps at a time."""
+    result: dict[str, float] = {}
+    with ExitStack() as stack:
+        sessions = []
+        for label, name, plugin, saved in _configs(saved_modes):
+            g = stack.enter_context(_session(gdb, fixture("x86_64", PRODUCER, name), plugin, saved))
             g.cmd("break *f2")
             g.cmd("run")
-            out = g.cmd(f"python _sframe_bench_step({steps})", timeout=600)
-            m = re.search(r"BENCH step (\S+) (\d+)", out)
-            if not m:
-                raise SystemExit(f"{label}: no result:\n{out[-2000:]}")
-            result[label] = float(m.group(1)) / steps
-    return result
+            sessions.append((label, g))
+            result[label] = 0.0
+        done = 0
+        while done < steps:
+            chunk = min(10, steps - done)
+            for label, g in sessions:
+                out = g.cmd(f"python _sframe_bench_step({chunk})", timeout=600)
+                m = re.search(r"BENCH step (\S+) (\d+)", out)
+                if not m:
+                    raise SystemExit(f"{label}: no result:\n{out[-2000:]}")
+                result[label] += float(m.group(1))
+            done += chunk
+    return {label: total / steps for label, total in result.items()}
 
 
 def main() -> int:
@@ -100,18 +136,21 @@ def main() -> int:
     for gdb in gdbs:
         version = gdb_version(gdb)
         name = f"gdb {version[0]}.{version[1]}" if version else gdb
+        bt = bench_bt(gdb, args.depth, args.repeat, modes)
+        tn, fn = bt["native"]
         for saved in modes:
             tag = f"{name} (saved registers {'on' if saved else 'off'})"
-            bt = bench_bt(gdb, args.depth, args.repeat, saved)
-            (tn, fn), (ts, fs) = bt["native"], bt["sframe"]
+            ts, fs = bt[f"sframe-{'on' if saved else 'off'}"]
             print(f"{tag}: bt of recurse {args.depth}: native {tn:.3f} s ({fn} frames), "
                   f"sframe {ts:.3f} s ({fs} frames), ratio {ts / tn:.2f}x", flush=True)
-            if args.no_step:
-                continue
-            st = bench_step(gdb, args.steps, saved)
+        if args.no_step:
+            continue
+        st = bench_step(gdb, args.steps, modes)
+        for saved in modes:
+            tag = f"{name} (saved registers {'on' if saved else 'off'})"
+            ss = st[f"sframe-{'on' if saved else 'off'}"]
             print(f"{tag}: stepi+bt per instruction: native {st['native'] * 1e3:.2f} ms, "
-                  f"sframe {st['sframe'] * 1e3:.2f} ms, ratio {st['sframe'] / st['native']:.2f}x",
-                  flush=True)
+                  f"sframe {ss * 1e3:.2f} ms, ratio {ss / st['native']:.2f}x", flush=True)
     return 0
 
 

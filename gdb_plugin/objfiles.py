@@ -20,7 +20,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Protocol
 
-from sframe_core.addresses import Region
+from sframe_core.addresses import AddressMap, Region
 from sframe_core.elf import ElfSFrame, read_elf
 from sframe_core.errors import SFrameError
 from sframe_core.modules import Mapping, Module, load_bias
@@ -130,6 +130,15 @@ class ObjfileTable:
         spans = sorted(((lo, hi, e) for e in entries for lo, hi in e.code), key=lambda s: s[:2])
         self._starts = [s[0] for s in spans]
         self._spans = spans
+        self._map: AddressMap | None = None
+
+    def address_map(self) -> AddressMap:
+        """The code of every objfile, and a core's segments (then the map is
+        complete: every mapping of the process is known). Built once per table."""
+        if self._map is None:
+            regions = [Region(lo, hi, True) for lo, hi in self.code] + self.core
+            self._map = AddressMap(regions, complete=bool(self.core))
+        return self._map
 
     def find(self, pc: int) -> ObjfileEntry | None:
         # Code sections of different objfiles do not overlap.

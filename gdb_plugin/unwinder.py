@@ -36,7 +36,7 @@ from sframe_core.addresses import AddressMap, Region, regions_from_maps, return_
 from sframe_core.errors import SFrameError
 from sframe_core.memory import PageCache
 from sframe_core.norow import entry_stop, is_sigreturn
-from sframe_core.rows import RuleKind
+from sframe_core.rows import Row, RuleKind
 from sframe_core.section import SFrameSection
 from sframe_core.unwind import DEFAULT_PAC_MASK, NORMAL_ENDS, Stop, caller_registers
 
@@ -52,7 +52,12 @@ from .objfiles import (
 )
 
 _SAME = RuleKind.SAME_VALUE
+# Rules that read another register of the frame.
+_BASED = frozenset((RuleKind.IN_REG, RuleKind.AT_REG))
 _VALUE_CACHE = 4096
+_PLAN_CACHE = 1024
+# (DWARF number, GDB register handle) pairs.
+Handles = tuple[tuple[int, object], ...]
 
 __all__ = ["MODES", "Registers", "SFrameUnwinder", "warn"]
 
@@ -102,6 +107,22 @@ _SIGNED_LIMIT = 1 << 63
 _HAS_PC = hasattr(gdb.PendingFrame, "pc")  # GDB 14+: the PC without a gdb.Value
 
 
+def _gdb_major() -> int:
+    try:
+        return int(gdb.VERSION.split(".")[0])
+    except (AttributeError, ValueError):
+        return 0
+
+
+# Does GDB end a backtrace at a frame whose unwinder saved no PC (15 and
+# later: "Backtrace stopped: frame did not save the PC"), or raise "PC not
+# saved" when anything looks past it (13, 14)? A change in GDB's frame code
+# ("gdb/unwinders: better support for $pc not saved", January 2024), not in
+# its Python API: the version is all that tells (see ``_stop``). A GDB 13 or
+# 14 that a distribution patched takes the older way, which works there too.
+_ENDS_WITHOUT_PC = _gdb_major() >= 15
+
+
 class Registers:
     """How this GDB names one SFrame ABI's registers, found once per architecture.
 
@@ -129,9 +150,12 @@ class Registers:
         handles[arch.sp] = descriptors.get(arch.reg_name(arch.sp), "sp")
         self.handles = handles
         self.pc = descriptors.get("rip" if arch.name == "amd64" else "pc", "pc")
+        self.sp = handles[arch.sp]
         self.arch = arch
         # (CFA base register, interrupted) -> ((DWARF number, handle), ...)
         self.wanted: dict[tuple[object, bool], tuple[tuple[int, object], ...]] = {}
+        # (CFA base register, interrupted, id(row.regs)) -> (row.regs, reads, hands)
+        self._plans: dict[tuple[object, bool, int], tuple[object, Handles, Handles]] = {}
 
     def handle(self, regno: int) -> object:
         return self.handles.get(regno) or self.arch.reg_name(regno)
@@ -153,6 +177,35 @@ class Registers:
             numbers.append(arch.ra_reg)
         found = self.wanted[key] = tuple((n, self.handle(n)) for n in numbers)
         return found
+
+    def plan(self, row: Row, interrupted: bool) -> tuple[Handles, Handles]:
+        """(reads, hands) for a step with ``row``: the registers it reads from
+        GDB when the frame below was not this unwinder's (``find_wanted``,
+        and those the callee-saved rules read: unchanged ones, base
+        registers), and every register it may hand to GDB, in the order
+        ``caller_registers`` can give them, GDB's own registers only
+        (``raw``). Found once per rule set: the step itself filters nothing."""
+        cfa_reg = row.cfa.reg if row.cfa is not None else None
+        key = (cfa_reg, interrupted, id(row.regs))
+        found = self._plans.get(key)
+        if found is not None and found[0] is row.regs:
+            return found[1], found[2]
+        arch = self.arch
+        raw = self.raw
+        wanted = self.wanted.get(key[:2]) or self.find_wanted((cfa_reg, interrupted))
+        extra = [rule.reg if rule.kind in _BASED else regno for regno, rule in row.regs
+                 if rule.kind is _SAME or rule.kind in _BASED]
+        known = {n for n, _ in wanted}
+        reads = wanted + tuple((n, self.handle(n)) for n in dict.fromkeys(extra)
+                               if n is not None and n in raw and n not in known)
+        order = [regno for regno, _ in row.regs] + [arch.fp, arch.ra_reg, arch.sp]
+        hands = tuple((n, self.handle(n)) for n in dict.fromkeys(order)
+                      if n is not None and n in raw)
+        if len(self._plans) >= _PLAN_CACHE:
+            self._plans.clear()
+        # The rules tuple is kept with its plan: its id cannot be reused meanwhile.
+        self._plans[key] = (row.regs, reads, hands)
+        return reads, hands
 
 
 def _below_inline_only(pc: int, level: int) -> bool:
@@ -218,7 +271,8 @@ class _Walk:
     """
 
     __slots__ = ("table", "memory", "after_sigtramp", "first_level", "handed", "handed_level",
-                 "handed_sp", "values", "_addresses")
+                 "handed_pc", "handed_sp", "sp_handle", "values", "plans", "return_addresses",
+                 "_addresses")
 
     def __init__(self, table: ObjfileTable | None, first_level: int = 0) -> None:
         self.table = table
@@ -228,15 +282,22 @@ class _Walk:
         # The level of the first frame this walk was asked for: above 0 when
         # GDB made frame 0 itself (an inline frame, or another unwinder's).
         self.first_level = first_level
-        # The values last handed to GDB (DWARF number -> gdb.Value): the
-        # registers of the frame above ``handed_level``, which the next step
-        # passes on where a register is unchanged, without asking GDB (when
-        # its frame has that level and that SP: the same thread's stack).
-        self.handed: dict[int, object] = {}
+        # What the last step handed to GDB (DWARF number -> value, and the
+        # PC): the registers GDB has for the frame above ``handed_level``.
+        # The next step starts from them instead of asking GDB, when its
+        # frame has that level and the SP handed (the same thread's stack).
+        self.handed: dict[int, int] = {}
         self.handed_level = -2
-        self.handed_sp: int | None = None  # and the SP handed with them
+        self.handed_pc = 0
+        self.handed_sp: int | None = None
+        self.sp_handle: object = None  # GDB's handle of the SP handed
         # gdb.Value by integer: a deep recursion hands the same values again and again.
         self.values: dict[int, object] = {}
+        # (PC, interrupted) -> (entry, row, Registers, hands): what a step at
+        # that PC found the first time; a recursion comes back to it.
+        self.plans: dict[tuple[int, bool], tuple[ObjfileEntry, Row, Registers, Handles]] = {}
+        # Return addresses ``return_address_problem`` found nothing wrong with.
+        self.return_addresses: set[int] = set()
         self._addresses: AddressMap | None = None
 
     @property
@@ -247,10 +308,9 @@ class _Walk:
         outside all objfile code)."""
         if self._addresses is None:
             table = self.table
-            regions = [Region(lo, hi, True) for lo, hi in table.code] if table else []
-            core = table.core if table else []
-            find = None if core else _live_regions(gdb.selected_inferior())
-            self._addresses = AddressMap(regions + core, complete=bool(core), find=find)
+            base = table.address_map() if table is not None else AddressMap()
+            find = None if base.complete else _live_regions(gdb.selected_inferior())
+            self._addresses = base.with_find(find)
         return self._addresses
 
 
@@ -289,9 +349,9 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         self._pc_handles: dict[object, object] = {}
         self._no_segment_sframe: set[tuple[str, int]] = set()  # (path, mtime): no PT_GNU_SFRAME
         self._int_ids = True  # GDB 14+ takes plain ints in frame ids; 13 wants gdb.Values
-        # (pc, SP) of a level-0 frame claimed without a caller: its level-1
-        # echo gets the same frame id (see ``_stop``).
-        self._echo: tuple[int, int, int] | None = None  # (pc, SP, function start)
+        # A frame ``_stop`` claimed with itself as its caller: that echo,
+        # one level up, gets the same frame id.
+        self._echo: tuple[int, int, int, int] | None = None  # (level, pc, SP, function start)
 
     # Tables ---------------------------------------------------------------
 
@@ -410,9 +470,30 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         walk = self._walk
         if level == 0 or walk is None:
             walk = self._walk = _Walk(self.table(), level)
-        pc = pending_frame.pc() if _HAS_PC else int(pending_frame.read_register(
-            self._pc_handles.get(pending_frame.architecture(), "pc")))
-        if level == 1 and self._echo is not None and self._echo[0] == pc:
+        handed_level = walk.handed_level
+        walk.handed_level = -2  # passed on by a step that hands registers only
+        known: dict[int, int] | None = None
+        if handed_level >= 0 and handed_level == level - 1:
+            # The frame below was ours: GDB's registers of this frame are the
+            # values that step handed, if it is the same stack (the SP tells).
+            try:
+                sp = int(pending_frame.read_register(walk.sp_handle))
+            except (gdb.error, ValueError):
+                sp = None
+            if sp is not None and sp == walk.handed_sp:
+                known = walk.handed
+                pc = walk.handed_pc
+                interrupted = level in walk.after_sigtramp
+                plan = walk.plans.get((pc, interrupted))
+                if plan is not None:
+                    self._last_entry = plan[0]
+                    return self._step(pending_frame, walk, level, pc, plan[1], plan[2], known,
+                                      interrupted, plan[3])
+        if known is None:
+            pc = pending_frame.pc() if _HAS_PC else int(pending_frame.read_register(
+                self._pc_handles.get(pending_frame.architecture(), "pc")))
+        stopped = self._echo
+        if stopped is not None and level == stopped[0] + 1 and pc == stopped[1]:
             echo = self._echo_of(pending_frame, pc)
             if echo is not None:
                 return echo
@@ -449,85 +530,91 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             if pending_frame.architecture().name() not in _INVENTS_PAST_START:
                 return None
             return self._outermost(pending_frame, entry, pc, lookup_pc, arch, regs_info)
-        regs: dict[int, int] = {}
-        read_register = pending_frame.read_register
-        cfa_rule = row.cfa
-        key = (cfa_rule.reg if cfa_rule is not None else None, interrupted)
-        for regno, handle in regs_info.wanted.get(key) or regs_info.find_wanted(key):
-            try:
-                regs[regno] = int(read_register(handle))
-            except (gdb.error, ValueError):
-                pass  # not saved by the inner frame's unwinder: unknown here
+        reads, hands = regs_info.plan(row, interrupted)
+        if known is None:
+            known = {}
+            read_register = pending_frame.read_register
+            for regno, handle in reads:
+                try:
+                    known[regno] = int(read_register(handle))
+                except (gdb.error, ValueError):
+                    pass  # not saved by the inner frame's unwinder: unknown here
+        plans = walk.plans
+        if len(plans) >= _PLAN_CACHE:
+            plans.clear()
+        plans[(pc, interrupted)] = (entry, row, regs_info, hands)
+        return self._step(pending_frame, walk, level, pc, row, regs_info, known, interrupted,
+                          hands)
+
+    def _step(self, pending_frame, walk: _Walk, level: int, pc: int, row: Row,
+              regs_info: Registers, regs: dict[int, int], interrupted: bool, hands: Handles):
+        """Unwind the frame at ``pc`` with ``row`` from its known registers
+        ``regs``, and hand GDB the caller's (``hands``: which, and how named).
+
+        Everything handed is a value the rows give: the CFA, the RA, the FP
+        and the callee-saved registers (sframe_core.saved), an unchanged one
+        as this frame's own value. What a register's rule cannot give is not
+        handed, and reads ``<not saved>`` in the caller.
+        """
+        arch = regs_info.arch
         pac_mask = DEFAULT_PAC_MASK
         if row.ra_signed and regs_info.has_pauth:
             try:
-                pac_mask = int(read_register("pauth_cmask"))
+                pac_mask = int(pending_frame.read_register("pauth_cmask"))
             except (gdb.error, ValueError):
                 pass
         result = caller_registers(row, pc, regs, interrupted, walk.memory, arch, pac_mask)
-        func_start = row.func_start
         if isinstance(result, Stop):
             corrupt = result.reason not in NORMAL_ENDS
-            return self._stop(pending_frame, pc, regs.get(arch.sp), func_start, regs_info,
+            return self._stop(pending_frame, pc, regs.get(arch.sp), row.func_start, regs_info,
                               corrupt, level)
         cfa, caller_pc, caller_regs = result
         caller_interrupted = row.signal
-        if not caller_interrupted and return_address_problem(caller_pc, arch, walk.addresses):
-            # A return address that cannot be one (sframe_core.addresses):
-            # the stack is corrupt.
-            return self._stop(pending_frame, pc, regs.get(arch.sp), func_start, regs_info, True,
-                              level)
-        info = self._unwind_info(pending_frame, cfa, func_start, regs_info)
-        value = regs_info.value
-        info.add_saved_register(regs_info.pc, value(caller_pc))
-        handle = regs_info.handle
-        handed: dict[int, object] = {}
-        raw = regs_info.raw
+        if not caller_interrupted and caller_pc not in walk.return_addresses:
+            if return_address_problem(caller_pc, arch, walk.addresses):
+                # A return address that cannot be one (sframe_core.addresses):
+                # the stack is corrupt.
+                return self._stop(pending_frame, pc, regs.get(arch.sp), row.func_start,
+                                  regs_info, True, level)
+            walk.return_addresses.add(caller_pc)
         values = walk.values
-        for regno, val in caller_regs.items():
-            if regno not in raw:
+        if len(values) >= _VALUE_CACHE:
+            values.clear()
+        if self._int_ids:
+            info = self._unwind_info(pending_frame, cfa, row.func_start, regs_info)
+        else:  # GDB 13: the frame id as gdb.Values too (the CFA is the caller's SP)
+            v = values.get(cfa)
+            if v is None:
+                v = values[cfa] = regs_info.value(cfa)
+            start = values.get(row.func_start)
+            if start is None:
+                start = values[row.func_start] = regs_info.value(row.func_start)
+            info = pending_frame.create_unwind_info(_FrameId(v, start))
+        v = values.get(caller_pc)
+        if v is None:
+            v = values[caller_pc] = regs_info.value(caller_pc)
+        add = info.add_saved_register
+        add(regs_info.pc, v)
+        handed: dict[int, int] = {}
+        for regno, handle in hands:
+            val = caller_regs.get(regno)
+            if val is None:
                 continue
+            v = values.get(val)
+            if v is None:
+                v = values[val] = regs_info.value(val)
             try:
-                v = values.get(val)
-                if v is None:
-                    if len(values) >= _VALUE_CACHE:
-                        values.clear()
-                    v = values[val] = value(val)
-                info.add_saved_register(handle(regno), v)
-                handed[regno] = v
+                add(handle, v)
             except (ValueError, gdb.error):
-                pass  # a register this GDB architecture does not have (or only as a pseudo)
-        if row.regs:
-            # Callee-saved registers the code analysis proves unchanged here
-            # (sframe_core.saved): the caller's value is this frame's. When
-            # the frame below was ours, that is what the last step handed to
-            # GDB (absent: unknown here too); else GDB's own value, passed on
-            # as it is (unavailable stays unavailable).
-            inner = walk.handed if (walk.handed_level == level - 1 and walk.handed_sp is not None
-                                    and regs.get(arch.sp) == walk.handed_sp) else None
-            for regno, rule in row.regs:
-                if rule.kind is not _SAME or regno in caller_regs or regno not in raw:
-                    continue
-                try:
-                    if inner is not None:
-                        v = inner.get(regno)
-                    else:
-                        # GDB's value may be lazy and "not saved": fetch it
-                        # here, so that it is skipped, not an error later.
-                        v = read_register(handle(regno))
-                        v.fetch_lazy()
-                        if v.is_optimized_out:
-                            v = None
-                    if v is not None:
-                        info.add_saved_register(handle(regno), v)
-                        handed[regno] = v
-                except (ValueError, gdb.error):
-                    pass
-        walk.handed = handed
-        walk.handed_level = level
-        walk.handed_sp = caller_regs.get(arch.sp)
+                continue  # a register this GDB architecture does not have
+            handed[regno] = val
         if caller_interrupted:
             walk.after_sigtramp.add(level + 1)
+        walk.handed = handed
+        walk.handed_pc = caller_pc
+        walk.handed_sp = handed.get(arch.sp)
+        walk.sp_handle = regs_info.sp
+        walk.handed_level = level
         return info
 
     def _outermost(self, pending_frame, entry: ObjfileEntry, pc: int, lookup_pc: int,
@@ -552,37 +639,39 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         """Claim a frame the rows cannot unwind, so that GDB ends the
         backtrace with it rather than let a prologue analyzer guess a caller.
 
-        Above level 0 the frame gets no saved PC. Where the stack looks
-        corrupt, its id also lies just below the SP, that is inner to the
-        frame it was called from: GDB (13 and later) then ends the backtrace
-        after it with "Backtrace stopped: previous frame inner to this frame
-        (corrupt stack?)". Where the rows say this is the outermost frame,
-        there is no such line (GDB 15+ still print "frame did not save the
-        PC").
+        Where the stack looks corrupt, above level 0, the frame gets no
+        saved PC and an id just below its SP, that is inner to the frame it
+        was called from: GDB (13 and later) then ends the backtrace after it
+        with "Backtrace stopped: previous frame inner to this frame (corrupt
+        stack?)", before it looks for a PC.
 
-        At level 0 no frame is inner to it, and a frame without a saved PC
-        makes GDB 13 and 14 raise "PC not saved" through their own Python
-        code (``bt`` prints "Python Exception <class 'gdb.error'>"). There
-        the caller is the frame itself, same registers and same frame id
-        (``_echo_of``): GDB drops it and ends the backtrace at frame 0 (for
-        a corrupt stack with "previous frame identical to this frame
-        (corrupt stack?)").
+        Where the rows say this is the outermost frame (``_start``), GDB 15
+        and later take a frame without a saved PC as the end ("Backtrace
+        stopped: frame did not save the PC"), at any level. GDB 13 and 14
+        raise "PC not saved" instead wherever anything looks past such a
+        frame (``bt``'s last line, MI ``-stack-list-frames``, GDB 13 and 14's
+        own Python code at level 0), and no frame id says "outermost" from
+        Python. There, and for a corrupt stack at level 0 (no frame is inner
+        to it), the caller is the frame itself: same registers, same frame
+        id (``_echo_of``); GDB drops it and ends the backtrace with "previous
+        frame identical to this frame (corrupt stack?)".
         """
         if sp is None:
             sp = 1
-        if level != 0:
-            return self._unwind_info(pending_frame, sp - 1 if corrupt else sp, func_start,
-                                     regs_info)
-        self._echo = (pc, sp, func_start)
+        if level != 0 and corrupt:
+            return self._unwind_info(pending_frame, sp - 1, func_start, regs_info)
+        if not corrupt and _ENDS_WITHOUT_PC:
+            return self._unwind_info(pending_frame, sp, func_start, regs_info)
+        self._echo = (level, pc, sp, func_start)
         info = self._unwind_info(pending_frame, sp, func_start, regs_info)
         info.add_saved_register(regs_info.pc, regs_info.value(pc))
-        info.add_saved_register(regs_info.handle(regs_info.arch.sp), regs_info.value(sp))
+        info.add_saved_register(regs_info.sp, regs_info.value(sp))
         return info
 
     def _echo_of(self, pending_frame, pc: int):
-        """The level-1 echo of a level-0 frame ``_stop`` claimed: the same id."""
+        """The echo of a frame ``_stop`` claimed: the frame above it, same id."""
         assert self._echo is not None
-        _, sp, func_start = self._echo
+        _, _, sp, func_start = self._echo
         arch = _GDB_ARCHES.get(pending_frame.architecture().name())
         if arch is None:
             return None

@@ -67,6 +67,17 @@ class AddressMap:
         self._find = find
         self._found: dict[int, Region | None] = {}
 
+    def with_find(self, find: Callable[[int], Region | None] | None) -> AddressMap:
+        """The same regions with another ``find`` (and nothing it found yet):
+        a debugger keeps the map of its modules and asks the live process
+        anew for each walk."""
+        other = AddressMap.__new__(AddressMap)
+        other._regions, other._starts, other._reach = self._regions, self._starts, self._reach
+        other.complete = self.complete
+        other._find = find
+        other._found = {}
+        return other
+
     def regions_at(self, address: int) -> list[Region]:
         i = bisect.bisect_right(self._starts, address) - 1
         hits = []

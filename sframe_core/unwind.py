@@ -265,7 +265,17 @@ def caller_registers(row: Row, pc: int, regs: Mapping[int, int], interrupted: bo
             ra = applied
         caller_regs: dict[int, int] = {}
         for regno, rule in row.regs:
-            value = _saved(rule, regno, cfa, regs, memory, big)
+            # The callee-saved rules (saved.py): unchanged, or in a slot at
+            # the CFA, inline; anything else through _saved.
+            kind = rule.kind
+            if kind is _SAME:
+                value = regs.get(regno)
+            elif kind is _AT_CFA:
+                data = memory.read((cfa + rule.offset) & _MASK, 8)
+                value = _WORD[big].unpack(data)[0] if data is not None and len(data) == 8 \
+                    else None
+            else:
+                value = _saved(rule, regno, cfa, regs, memory, big)
             if value is not None:
                 caller_regs[regno] = value
         fp_rule = row.fp

@@ -371,9 +371,70 @@ def test_stripped_binary_ends_at_start(gdb_path: str, kind: str, tmp_path: Path)
         text = g.cmd("bt")
         _no_python_errors(text)
         assert [f.pc for f in parse_bt(text)] == twin, text
-        # gdb 15+ say why the backtrace ends; 13 and 14 have no line for it.
-        assert text.count("Backtrace stopped") <= 1
-        assert "previous frame inner" not in text
+        assert text.rstrip().splitlines()[-1] == _outermost_line(gdb_path), text
+        assert "PC not saved" not in text, text
+        _mi_frames_equal(g, twin)
+
+
+def _outermost_line(gdb_path: str) -> str:
+    """How a backtrace the plugin ends at an outermost frame (_start) ends:
+    gdb 15+ stop at a frame without a saved PC; on 13 and 14 (where such a
+    frame raises "PC not saved") the plugin repeats the frame, which gdb drops."""
+    if _major(gdb_path) >= 15:
+        return "Backtrace stopped: frame did not save the PC"
+    return "Backtrace stopped: previous frame identical to this frame (corrupt stack?)"
+
+
+def _mi_frames_equal(g: Gdb, pcs: list[int | None]) -> None:
+    """MI's frame list (what IDEs show) has the same frames, and no error."""
+    out = g.cmd("interpreter-exec mi \"-stack-list-frames\"")
+    assert "^done,stack=" in out, out
+    got = [int(a, 16) for a in re.findall(r'frame=\{level="\d+",addr="(0x[0-9a-f]+)"', out)]
+    # (bt shows no address for a frame at the start of a line: None)
+    assert len(got) == len(pcs), out
+    assert all(p in (None, a) for p, a in zip(pcs, got, strict=True)), out
+
+
+def test_bt_past_main_ends_at_start(gdb_path: str) -> None:
+    """Frame 0 in libc after main returned (exit), _start above it: the
+    plugin ends the backtrace at _start as the twin's .eh_frame does, without
+    an error for whatever looks past it (bt's last line, a Python bt, MI)."""
+    frames = {}
+    for plugin, name in ((False, "deep"), (True, "deep.noeh")):
+        with Gdb(gdb_path, plugin=plugin, args=[str(need(X86 / "bu2.44-v2" / name))]) as g:
+            g.cmd("break stop_here")
+            g.cmd("run")
+            g.cmd("break exit")
+            assert "Breakpoint 2," in g.cmd("continue")
+            text = g.cmd("bt")
+            _no_python_errors(text)
+            frames[plugin] = parse_bt(text)
+            if plugin:
+                assert "PC not saved" not in text, text
+                assert text.rstrip().splitlines()[-1] == _outermost_line(gdb_path), text
+                out = g.cmd("python print(len(gdb.execute('bt', to_string=True).splitlines()))")
+                _no_python_errors(out)
+                assert out.strip().isdigit(), out
+                _mi_frames_equal(g, [f.pc for f in frames[True]])
+    assert frames[True][-1].name == "_start", frames[True]
+    assert _key(frames[True]) == _key(frames[False])
+
+
+def test_bt_at_start_is_one_frame(gdb_path: str) -> None:
+    """Stopped at _start's first instructions (level 0, no row, FP not yet
+    0): one frame, as with the twin; nothing past it, no error."""
+    with Gdb(gdb_path, args=[str(need(X86 / "bu2.44-v2" / "deep.noeh"))]) as g:
+        g.cmd("starti")  # in the dynamic loader: the program's _start is mapped now
+        assert "Breakpoint 1," in g.cmd("break *_start") + g.cmd("continue")
+        for _ in range(2):  # at _start's first instruction and at its second
+            text = g.cmd("bt")
+            _no_python_errors(text)
+            assert [f.name for f in parse_bt(text)] == ["_start"], text
+            assert text.rstrip().splitlines()[-1] == _outermost_line(gdb_path), text
+            assert "PC not saved" not in text, text
+            _mi_frames_equal(g, [parse_bt(text)[0].pc])
+            assert "No frame at level 1." in g.cmd("frame 1")
+            g.cmd("stepi")
 
 
 # -- errors ---------------------------------------------------------------------------

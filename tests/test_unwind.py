@@ -434,6 +434,14 @@ def test_return_address_problems() -> None:
     assert return_address_problem(0x7ffd0010, AMD64, lazy) is not None
     assert return_address_problem(0x7ffd0020, AMD64, lazy) is not None
     assert asked == [0x7ffd0010]
+    # The same regions for the next walk: asked anew (the process may have
+    # mapped something since); without ``find``, nothing is asked.
+    again = lazy.with_find(find)
+    assert return_address_problem(0x400010, AMD64, again) is None
+    assert return_address_problem(0x7ffd0030, AMD64, again) is not None
+    assert asked == [0x7ffd0010, 0x7ffd0030]
+    assert return_address_problem(0x7ffd0030, AMD64, lazy.with_find(None)) is None
+    assert asked == [0x7ffd0010, 0x7ffd0030]
 
 
 def test_walk_stops_at_an_implausible_return_address() -> None:
