@@ -54,6 +54,7 @@ from .objfiles import (
 _SAME = RuleKind.SAME_VALUE
 # Rules that read another register of the frame.
 _BASED = frozenset((RuleKind.IN_REG, RuleKind.AT_REG))
+_FLOAT = gdb.TYPE_CODE_FLT
 _VALUE_CACHE = 4096
 _PLAN_CACHE = 1024
 # (DWARF number, GDB register handle) pairs.
@@ -536,7 +537,14 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             read_register = pending_frame.read_register
             for regno, handle in reads:
                 try:
-                    known[regno] = int(read_register(handle))
+                    value = read_register(handle)
+                    if value.type.code == _FLOAT:
+                        # int() would convert the number; its bits are what
+                        # a rule moves (s390x f8-f15 unchanged, "r9 in f4").
+                        # /z gives them on every GDB (Value.bytes is 14+).
+                        known[regno] = int(value.format_string(format="z"), 16)
+                        continue
+                    known[regno] = int(value)
                 except (gdb.error, ValueError):
                     pass  # not saved by the inner frame's unwinder: unknown here
         plans = walk.plans
