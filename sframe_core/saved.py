@@ -209,13 +209,15 @@ _RED_ZONE = {"amd64": 128}
 
 
 def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule | None],
-            read: Callable[[int, int], bytes | None] | None = None) -> Analysis:
+            read: Callable[[int, int], bytes | None] | None = None,
+            absolute_tables: bool = False) -> Analysis:
     """Rules for the callee-saved registers over ``[start, start + len(code))``.
 
     ``cfa_at(pc)`` gives SFrame's CFA rule at a PC of the function (None
     where it has none); ``read(address, size)`` the file's bytes (jump
-    tables). The result's spans cover the decoded instructions; PCs outside
-    them have no rules.
+    tables). ``absolute_tables``: tables of absolute addresses in the file are
+    final (a non-PIE executable: no load bias, no dynamic relocations). The
+    result's spans cover the decoded instructions; PCs outside them have no rules.
     """
     decoder = decoder_for(arch)
     if decoder is None:
@@ -256,7 +258,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
         for i, eff in enumerate(effects):
             if eff.flow is Flow.INDIRECT:
                 targets = (amd64_jump_table(effects, i, leaders, read) if arch.name == "amd64"
-                           else aarch64_jump_table(effects, i, sources, read))
+                           else aarch64_jump_table(effects, i, sources, read, absolute_tables))
                 if targets is not None and all(t in at or not start <= t < end for t in targets):
                     tables[i] = [at[t] for t in targets if t in at]
     tracked = decoder.tracked

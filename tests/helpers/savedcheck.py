@@ -165,7 +165,8 @@ def _graph(section: SFrameSection, table: CFITable, fde: FDE) -> tuple[list[int]
                 if section.arch.name == "amd64":
                     found = amd64_jump_table(effects, index[site], leaders, section.code)  # type: ignore[arg-type]
                 else:
-                    found = aarch64_jump_table(effects, index[site], sources, section.code)  # type: ignore[arg-type]
+                    found = aarch64_jump_table(effects, index[site], sources, section.code,  # type: ignore[arg-type]
+                                               section.absolute_tables)
                 if found is not None:
                     tables[site] = found
     for site in indirect:
