@@ -774,47 +774,85 @@ def _a64_compare(effects: list[Effect], k: int, index: int, narrow: bool,
     return bound + 1 if inclusive[mnem] else bound
 
 
-def _a64_hoisted(effects: list[Effect], reg: int) -> int | None:
-    """The address in callee-saved ``reg`` when the function writes it only with
-    one ``adrp reg, P ; add reg, reg, #O`` pair (a table base hoisted out of a
-    loop), apart from restores that run straight to a return (an epilogue's
-    ``ldp``: nothing after it reaches a jump)."""
-    if reg not in _A64_CALLEE:
+def _a64_hoisted(effects: list[Effect], reg: int, use: int,
+                 leaders: dict[int, list[int]]) -> int | None:
+    """The address ``reg`` holds at ``effects[use]`` when it was set out of the
+    block (a table base hoisted out of a loop, kept across calls when callee-saved):
+    some ``adrp reg, P ; add reg, reg, #O`` pairs all give it, and no path
+    reaches ``use`` from the entry (the caller's value), from another write of
+    ``reg`` (an epilogue's restore, a pair with another value) or from an
+    indirect jump without passing through one of those pairs."""
+    if reg > 28 or reg in (16, 17, 18):  # FP, LR, IP0/IP1 (veneers), platform register
         return None
-    found: int | None = None
-    k = 0
-    while k < len(effects):
-        eff = effects[k]
-        if reg not in _a64_dests(eff.text):
-            k += 1
-            continue
-        mnem, ops = _a64_split(eff.text)
-        nxt = _a64_split(effects[k + 1].text) if k + 1 < len(effects) else ("", [])
-        if mnem == "adrp" and nxt[0] == "add" and len(nxt[1]) == 3 \
-                and _a64_reg(nxt[1][0]) == reg == _a64_reg(nxt[1][1]) and found is None:
-            page, low = _imm(ops[1]), _imm(nxt[1][2])
-            if page is None or low is None:
-                return None
-            found = page + low
-            k += 2
-            continue
-        if mnem.startswith("ld") and eff.loads and _a64_falls_to_return(effects, k + 1):
-            k += 1
-            continue
-        return None
-    return found
+    pairs: dict[int, int] = {}  # index of the add -> address
+    halves: set[int] = set()  # their adrp
+    bad = [0]
+    writers = [k for k, eff in enumerate(effects) if reg in _a64_dests(eff.text)]
+    for k in writers:
+        found = _a64_pair(effects, k, reg, leaders)
+        if found is not None:
+            pairs[k], first = found
+            halves.add(first)
+    bad += [k for k in writers if k not in pairs and k not in halves]
+    if reg not in _A64_CALLEE:  # a call may change it
+        bad += [k for k, eff in enumerate(effects) if eff.flow is Flow.CALL]
+    for value in sorted(set(pairs.values())):
+        kills = {k for k, v in pairs.items() if v == value}
+        if not _a64_reaches(effects, bad + [k for k in pairs if k not in kills], kills, use):
+            return value
+    return None
 
 
-def _a64_falls_to_return(effects: list[Effect], k: int) -> bool:
-    """From ``effects[k]`` on, straight-line code (no branch into it) up to a return."""
-    while k < len(effects):
-        eff = effects[k]
-        if eff.flow is Flow.RETURN:
+def _a64_pair(effects: list[Effect], k: int, reg: int,
+              leaders: dict[int, list[int]]) -> tuple[int, int] | None:
+    """(address, index of the adrp) when ``effects[k]`` is ``add reg, reg, #O``
+    completing an ``adrp reg, P`` earlier in the same straight-line code (no
+    branch into it, no other write of ``reg`` in between)."""
+    mnem, ops = _a64_split(effects[k].text)
+    low = _imm(ops[2]) if mnem == "add" and len(ops) == 3 else None
+    if low is None or _a64_reg(ops[0]) != reg or _a64_reg(ops[1]) != reg:
+        return None
+    j = k - 1
+    while j >= max(0, k - 16):
+        if effects[j + 1].address in leaders or effects[j].flow not in (Flow.FALL, Flow.COND):
+            return None
+        if reg in _a64_dests(effects[j].text):
+            m0, o0 = _a64_split(effects[j].text)
+            page = _imm(o0[1]) if m0 == "adrp" and len(o0) == 2 else None
+            return None if page is None else (page + low, j)
+        j -= 1
+    return None
+
+
+def _a64_reaches(effects: list[Effect], sources: list[int], kills: set[int], use: int) -> bool:
+    """Can control go from after any of ``sources`` (index 0: from the entry
+    itself) to ``effects[use]`` without running one of ``kills``? An indirect
+    jump on the way counts as reaching it."""
+    at = {eff.address: k for k, eff in enumerate(effects)}
+    todo: list[int] = []
+    for k in sources:
+        todo.extend([0] if k == 0 else _a64_successors(effects, k, at))
+    seen: set[int] = set()
+    while todo:
+        k = todo.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        if k == use or effects[k].flow is Flow.INDIRECT:
             return True
-        if eff.flow is not Flow.FALL:
-            return False
-        k += 1
+        if k not in kills:
+            todo.extend(_a64_successors(effects, k, at))
     return False
+
+
+def _a64_successors(effects: list[Effect], k: int, at: dict[int, int]) -> list[int]:
+    eff = effects[k]
+    out = []
+    if eff.flow in (Flow.FALL, Flow.COND, Flow.CALL) and k + 1 < len(effects):
+        out.append(k + 1)
+    if eff.flow in (Flow.JUMP, Flow.COND) and eff.target in at:
+        out.append(at[eff.target])
+    return out
 
 
 def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[int]],
@@ -836,7 +874,7 @@ def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[in
     straight-line block, by a ``b.ls`` that is the only way into it, or by
     the ``and I, S, #2^k-1`` / ``ubfx`` / ``uxtb`` that wrote it; the table
     address is ``adrp xT, P ; add xT, xT, #O`` in the block, or the only write
-    of a callee-saved xT in the function (:func:`_a64_hoisted`). Every
+    that reaches the block (:func:`_a64_hoisted`). Every
     instruction in between may do anything but write A, B, E, T or I.
     ``leaders`` maps each direct branch target to the branches that go there.
     """
@@ -848,29 +886,39 @@ def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[in
     signed = False
     base: int | None = None
     table: int | None = None
-    table_reg = index = -1
+    table_reg = index = use = -1
     narrow = True
+    hopped = False
     count: int | None = None
     j = i - 1
     lowest = max(0, i - 64)
     while True:
         if j < lowest:
+            if count is not None and set(want) <= {table_reg}:
+                break
             return None
         eff = effects[j]
         entered = effects[j + 1].address in leaders
         if entered or eff.flow not in (Flow.FALL, Flow.COND):
-            # The top of the straight-line block that ends at the jump.
+            # The top of the straight-line block that ends at the jump: on
+            # into the one branch that enters it (nothing falls into it).
+            if count is not None and set(want) <= {table_reg}:
+                break  # T from before the block: _a64_hoisted
+            if hopped or not entered or eff.flow in (Flow.FALL, Flow.COND, Flow.CALL):
+                return None
+            sources = leaders.get(effects[j + 1].address, [])
+            if len(sources) != 1 or effects[sources[0]].flow is not Flow.COND:
+                return None
+            k = sources[0]
             if index in want and count is None:
-                if not entered or eff.flow in (Flow.FALL, Flow.COND, Flow.CALL):
-                    return None  # reached other than by the one bounding branch
-                sources = leaders.get(effects[j + 1].address, [])
-                if len(sources) != 1:
-                    return None
-                count = _a64_compare(effects, sources[0], index, narrow, True)
+                count = _a64_compare(effects, k, index, narrow, True)
                 if count is None:
                     return None
                 want.pop(index)
-            break
+            hopped = True
+            j = k - 1
+            lowest = max(0, j - 64)
+            continue
         if eff.flow is Flow.COND and index in want and count is None:
             found = _a64_compare(effects, j, index, narrow, False)
             if found is not None:
@@ -891,7 +939,7 @@ def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[in
             elif role == "target" and absolute and m == "ldr" and len(o) == 2 \
                     and o[0].startswith("x") and (mem := _a64_index(o[1])) is not None \
                     and not mem[2] and mem[3] == "#3":
-                width, base = 8, 0
+                width, base, use = 8, 0, j
                 table_reg, index, narrow = mem[0], mem[1], False
                 want[table_reg] = "table"
                 want[index] = "index"
@@ -900,31 +948,23 @@ def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[in
             elif role == "entry" and len(o) == 2 and o[0].startswith("w") \
                     and (mem := _a64_index(o[1])) is not None and mem[2] \
                     and _A64_ENTRY.get((m, mem[3])) == width:
-                table_reg, index = mem[0], mem[1]
+                table_reg, index, use = mem[0], mem[1], j
                 want[table_reg] = "table"
                 want[index] = "index"
-            elif role == "table" and m == "add" and len(o) == 3 and j > 0 \
-                    and _a64_reg(o[1]) == reg and not entered \
-                    and _a64_split(effects[j - 1].text)[0] == "adrp" \
-                    and _a64_reg(_a64_split(effects[j - 1].text)[1][0]) == reg \
-                    and effects[j].address not in leaders:
-                page, low = _imm(_a64_split(effects[j - 1].text)[1][1]), _imm(o[2])
-                if page is None or low is None:
-                    return None
-                table = page + low
-                j -= 1  # the adrp
+            elif role == "table" and (pair := _a64_pair(effects, j, reg, leaders)) is not None:
+                table = pair[0]  # T no longer wanted: its adrp further up is fine
             elif role == "index" and count is None and (
                     found := _a64_bound(eff.text, reg, narrow)) is not None:
                 count = found
             else:
                 return None
-        if not want or (count is not None and set(want) <= {table_reg}):
+        if not want:
             break
         j -= 1
     if "adr" in want.values() or "entry" in want.values() or "target" in want.values():
         return None
     if table_reg in want:
-        table = _a64_hoisted(effects, table_reg)
+        table = _a64_hoisted(effects, table_reg, use, leaders)
     if table is None or base is None or count is None or not 0 < count <= _TABLE_MAX:
         return None
     data = read(table, width * count)
