@@ -23,7 +23,9 @@ Each (PC, register) pair lands in one class:
   (capstone's register-write lists, over a control-flow graph in which an
   indirect jump goes to its jump table's entries when
   ``effects.amd64_jump_table`` / ``aarch64_jump_table`` read one, else to any
-  instruction), except ``pop`` instructions that
+  instruction, and a call only falls through: a recursive call to the
+  function's own start is another activation, not an edge to its entry),
+  except ``pop`` instructions that
   read the slot ``.eh_frame`` names for it there (restores);
 - ``unknown-both``;
 - anything else is a disagreement: the test fails on any.
@@ -139,7 +141,7 @@ def _graph(section: SFrameSection, table: CFITable, fde: FDE) -> tuple[list[int]
         groups = set(insn.groups)
         falls = not (groups & {3, 5}) and insn.mnemonic not in ("ud2", "hlt", "brk", "b")
         target = None
-        if groups & {1, 7}:
+        if groups & {1, 7} and 2 not in groups:  # a call falls through (recursion too)
             imms = [op.imm for op in insn.operands if op.type == 2]
             if imms:
                 target = imms[-1]
