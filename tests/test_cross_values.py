@@ -10,6 +10,11 @@ never a different value:
 - same process: the twin with the plugin, ``set sframe mode off`` (gdb's
   DWARF unwinder) against ``set sframe mode always`` (SFrame + the code
   analysis), with gdb-multiarch (13) and gdb 18;
+- jump tables: every indirect jump the analysis resolves
+  (``effects.aarch64_jump_table``: switch tables, ``luaV_execute``'s computed
+  gotos) is watched while lua runs: each jump taken lands on one of the
+  targets read from the file (an independent check of what the static proof
+  in tests/test_saved.py takes from the same function);
 - two processes: ``.noeh`` + plugin against the twin without it (copies at
   paths of the same length, so the guest stacks lie at the same addresses;
   lua's string-hash seed comes from time(), which none of the values at
@@ -22,6 +27,7 @@ About 3 s per session.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -31,10 +37,14 @@ from helpers import DEBUGGERS, FIXTURES
 from helpers.gdbtools import VALUES_SCRIPT, FrameValues, parse_values
 from helpers.qemutools import GDB_PLUGIN, QemuStub, missing, repro, run, tool
 
+from sframe_core.effects import Flow, aarch64_jump_table, decoder_for
+from sframe_core.elf import read_elf
+
 pytestmark = [pytest.mark.gdb, pytest.mark.slow]
 
 LUA = FIXTURES / "realprogs-aarch64" / "lua5.4" / "lua5.4"
 SCRIPT = FIXTURES / "realprogs" / "lua5.4" / "deep.lua"
+JUMPS_SCRIPT = Path(__file__).resolve().parent / "helpers" / "gdb_jumps.py"
 UNAVAILABLE = "<unavailable>"
 MARK = "==SFRAME-MODE-ALWAYS=="
 DEPTH = 14  # frames dumped per stop
@@ -139,3 +149,54 @@ def test_noeh_with_the_plugin_shows_the_twins_values(tmp_path: Path) -> None:
     shown_plain, same_plain = _compare(dumps[0], dumps[2], where)
     print(f"without the analysis: {same_plain} of {shown_plain}")
     assert same_plain < 0.7 * shown_plain, (same_plain, shown_plain)
+
+
+def _tables(path: Path) -> dict[int, list[int]]:
+    """Every indirect jump in the file's SFrame functions that the analysis
+    resolves as a jump table -> its targets."""
+    section = read_elf(path).open()
+    assert section is not None and section.code is not None
+    decoder = decoder_for(section.arch)
+    assert decoder is not None
+    sites: dict[int, list[int]] = {}
+    for fde in section.iter_fdes():
+        code = section.code(fde.start, fde.size)
+        assert code is not None
+        effects = [e for e in decoder.effects(code, fde.start) if e is not None]
+        sources: dict[int, list[int]] = {}
+        for k, eff in enumerate(effects):
+            if eff.target is not None:
+                sources.setdefault(eff.target, []).append(k)
+        for k, eff in enumerate(effects):
+            if eff.flow is Flow.INDIRECT:
+                found = aarch64_jump_table(effects, k, sources, section.code,
+                                           section.absolute_tables)
+                if found is not None:
+                    sites[eff.address] = sorted(set(found))
+    return sites
+
+
+def test_resolved_jump_tables_hold_every_jump_taken(tmp_path: Path) -> None:
+    sites = _tables(LUA)
+    # statement/llex/str_format/... switch tables and luaV_execute's 6 dispatches
+    assert len(sites) >= 12, sorted(hex(a) for a in sites)
+    table = tmp_path / "sites.json"
+    table.write_text(json.dumps({str(a): t for a, t in sites.items()}))
+    shutil.copy2(SCRIPT, tmp_path / "deep.lua")
+    stub = QemuStub("aarch64", LUA, ["-E", "deep.lua"], cwd=tmp_path).start()
+    cmd = [_gdb("gdb-multiarch"), "-nx", "-batch", "-iex", "set debuginfod enabled off",
+           "-ex", "set pagination off", "-ex", f'set $jt_sites = "{table}"',
+           "-ex", f"target remote 127.0.0.1:{stub.port}", "-ex", f"source {JUMPS_SCRIPT}",
+           "-ex", "kill", str(LUA)]
+    try:
+        proc = run(cmd, cwd=tmp_path, timeout=120)
+    finally:
+        stub.close()
+    where = f"{stub.command} &  {repro(cmd, tmp_path)}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    jumps = [(int(a, 16), int(b, 16)) for _, a, b in
+             (line.split() for line in proc.stdout.splitlines() if line.startswith("JUMP "))]
+    wrong = [f"{a:#x} -> {b:#x}" for a, b in jumps if b not in sites[a]]
+    assert not wrong, f"jumps to no target of their table: {wrong}\n{where}"
+    hit = {a for a, _ in jumps}
+    print(f"{len(jumps)} jumps at {len(hit)} of {len(sites)} resolved sites, all to a table target")
+    assert len(jumps) >= 100 and len(hit) >= 10, (len(jumps), sorted(hex(a) for a in hit), where)
