@@ -691,6 +691,8 @@ def _a64_dests(text: str) -> set[int]:
     mnem, ops = _a64_split(text)
     base = mnem.split(".")[0]
     out: set[int] = set()
+    if base in ("svc", "hvc", "smc"):
+        out.add(0)  # the call's result (Linux keeps the other registers)
     regs = [_a64_reg(op) for op in ops if not op.startswith("[")]
     for k, op in enumerate(ops):  # base register write-back: [xN, #i]! or [xN], #i
         if op.startswith("[") and (op.endswith("!") or k + 1 < len(ops)):
@@ -876,7 +878,10 @@ def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[in
     address is ``adrp xT, P ; add xT, xT, #O`` in the block, or the only write
     that reaches the block (:func:`_a64_hoisted`). Every
     instruction in between may do anything but write A, B, E, T or I.
-    ``leaders`` maps each direct branch target to the branches that go there.
+    ``leaders`` maps each direct branch target to the branches that go there;
+    a block is taken as straight-line when no direct branch enters it (the
+    targets of other indirect jumps, case labels and computed-goto labels, are
+    statement starts: not inside a dispatch sequence).
     """
     mnem, ops = _a64_split(effects[i].text)
     if mnem != "br" or len(ops) != 1 or _a64_reg(ops[0]) is None:
