@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from .abi import Arch
 
 __all__ = ["Flow", "Base", "Store", "Load", "Effect", "decoder_for", "capstone_available",
-           "CALLEE_SAVED", "amd64_jump_table"]
+           "CALLEE_SAVED", "amd64_jump_table", "aarch64_jump_table", "aarch64_jump_tables"]
 
 
 class Flow(enum.Enum):
@@ -879,9 +879,8 @@ def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[in
     that reaches the block (:func:`_a64_hoisted`). Every
     instruction in between may do anything but write A, B, E, T or I.
     ``leaders`` maps each direct branch target to the branches that go there;
-    a block is taken as straight-line when no direct branch enters it (the
-    targets of other indirect jumps, case labels and computed-goto labels, are
-    statement starts: not inside a dispatch sequence).
+    a block is taken as straight-line when none of them enters it
+    (:func:`aarch64_jump_tables` adds the resolved tables' targets).
     """
     mnem, ops = _a64_split(effects[i].text)
     if mnem != "br" or len(ops) != 1 or _a64_reg(ops[0]) is None:
@@ -980,3 +979,28 @@ def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[in
     fmt = {1: "b", 2: "h", 4: "i"}[width]
     entries = struct.unpack(f"<{count}{fmt if signed else fmt.upper()}", data)
     return [base + 4 * entry for entry in entries]
+
+
+def aarch64_jump_tables(effects: list[Effect], sites: list[int], leaders: dict[int, list[int]],
+                        read: Callable[[int, int], bytes | None],
+                        absolute: bool = False) -> dict[int, list[int]]:
+    """:func:`aarch64_jump_table` for every site in ``sites``, twice: the second
+    time the first round's targets count as ways into blocks too (a dispatch
+    block that some table jumps into is not straight-line). Site -> targets."""
+    first: dict[int, list[int]] = {}
+    for i in sites:
+        found = aarch64_jump_table(effects, i, leaders, read, absolute)
+        if found is not None:
+            first[i] = found
+    if not first:
+        return first
+    more = {target: list(branches) for target, branches in leaders.items()}
+    for i, targets in first.items():
+        for target in set(targets):
+            more.setdefault(target, []).append(i)
+    out: dict[int, list[int]] = {}
+    for i in first:
+        found = aarch64_jump_table(effects, i, more, read, absolute)
+        if found is not None:
+            out[i] = found
+    return out

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from .abi import Arch
-from .effects import Base, Effect, Flow, aarch64_jump_table, amd64_jump_table, decoder_for
+from .effects import Base, Effect, Flow, aarch64_jump_tables, amd64_jump_table, decoder_for
 from .rows import SAME, CFARule, Rule, RuleKind
 
 __all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis"]
@@ -255,12 +255,15 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
         for i, eff in enumerate(effects):
             if eff.target is not None:
                 sources.setdefault(eff.target, []).append(i)
-        for i, eff in enumerate(effects):
-            if eff.flow is Flow.INDIRECT:
-                targets = (amd64_jump_table(effects, i, leaders, read) if arch.name == "amd64"
-                           else aarch64_jump_table(effects, i, sources, read, absolute_tables))
-                if targets is not None and all(t in at or not start <= t < end for t in targets):
-                    tables[i] = [at[t] for t in targets if t in at]
+        sites = [i for i, eff in enumerate(effects) if eff.flow is Flow.INDIRECT]
+        if arch.name == "amd64":
+            found = {i: t for i in sites
+                     if (t := amd64_jump_table(effects, i, leaders, read)) is not None}
+        else:
+            found = aarch64_jump_tables(effects, sites, sources, read, absolute_tables)
+        for i, targets in found.items():
+            if all(t in at or not start <= t < end for t in targets):
+                tables[i] = [at[t] for t in targets if t in at]
     tracked = decoder.tracked
     index = {reg: i for i, reg in enumerate(tracked)}
     anchors = [_anchor(cfa_at(eff.address), arch) for eff in effects]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from sframe_core.effects import Effect, Flow, aarch64_jump_table
+from sframe_core.effects import Effect, Flow, aarch64_jump_table, aarch64_jump_tables
 
 BASE = 0x400000
 TABLE = 0x4b0000
@@ -173,3 +173,16 @@ def test_caller_saved_base_across_a_call_is_not_a_table() -> None:
     lines[7] = "bl #0x500000"  # may change x9 before the loop reaches the load again
     lines.insert(8, f"b {_at(3)}")
     assert _resolve(lines, COMPUTED_TABLE, absolute=True) is None
+
+
+def test_table_jumping_into_a_dispatch_block_unresolves_it() -> None:
+    """A table whose entry lands between the bound check and the jump (here its
+    own: entry -4 is the ldrh): the block is not straight-line, so the second
+    round of aarch64_jump_tables drops it."""
+    effects, sources = _effects(SWITCH)
+    read = _reader("h", [-4, 1, 2])
+    assert aarch64_jump_table(effects, 10, sources, read) == [BASE + 4 * 7, BASE + 4 * 12,
+                                                              BASE + 4 * 13]
+    assert aarch64_jump_tables(effects, [10], sources, read) == {}
+    assert aarch64_jump_tables(effects, [10], sources, SWITCH_TABLE) == {
+        10: [BASE + 4 * 11, BASE + 4 * 12, BASE + 4 * 13]}

@@ -11,7 +11,7 @@ never a different value:
   DWARF unwinder) against ``set sframe mode always`` (SFrame + the code
   analysis), with gdb-multiarch (13) and gdb 18;
 - jump tables: every indirect jump the analysis resolves
-  (``effects.aarch64_jump_table``: switch tables, ``luaV_execute``'s computed
+  (``effects.aarch64_jump_tables``: switch tables, ``luaV_execute``'s computed
   gotos) is watched while lua runs: each jump taken lands on one of the
   targets read from the file (an independent check of what the static proof
   in tests/test_saved.py takes from the same function);
@@ -39,7 +39,7 @@ from helpers import DEBUGGERS, FIXTURES
 from helpers.gdbtools import VALUES_SCRIPT, FrameValues, parse_values
 from helpers.qemutools import GDB_PLUGIN, QemuStub, missing, repro, run, tool
 
-from sframe_core.effects import Flow, aarch64_jump_table, decoder_for
+from sframe_core.effects import Flow, aarch64_jump_tables, decoder_for
 from sframe_core.elf import read_elf
 
 pytestmark = [pytest.mark.gdb, pytest.mark.slow]
@@ -170,12 +170,10 @@ def _tables(path: Path) -> dict[int, list[int]]:
         for k, eff in enumerate(effects):
             if eff.target is not None:
                 sources.setdefault(eff.target, []).append(k)
-        for k, eff in enumerate(effects):
-            if eff.flow is Flow.INDIRECT:
-                found = aarch64_jump_table(effects, k, sources, section.code,
-                                           section.absolute_tables)
-                if found is not None:
-                    sites[eff.address] = sorted(set(found))
+        indirect = [k for k, eff in enumerate(effects) if eff.flow is Flow.INDIRECT]
+        for k, targets in aarch64_jump_tables(effects, indirect, sources, section.code,
+                                              section.absolute_tables).items():
+            sites[effects[k].address] = sorted(set(targets))
     return sites
 
 

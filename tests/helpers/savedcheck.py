@@ -22,7 +22,7 @@ Each (PC, register) pair lands in one class:
   can run between the function's entry and the PC writes the register
   (capstone's register-write lists, over a control-flow graph in which an
   indirect jump goes to its jump table's entries when
-  ``effects.amd64_jump_table`` / ``aarch64_jump_table`` read one, else to any
+  ``effects.amd64_jump_table`` / ``aarch64_jump_tables`` read one, else to any
   instruction, and a call only falls through: a recursive call to the
   function's own start is another activation, not an edge to its entry),
   except ``pop`` instructions that
@@ -44,7 +44,7 @@ from sframe_core.effects import (
     _A64_NAMES,
     _X86_NAMES,
     CALLEE_SAVED,
-    aarch64_jump_table,
+    aarch64_jump_tables,
     amd64_jump_table,
     decoder_for,
 )
@@ -163,14 +163,15 @@ def _graph(section: SFrameSection, table: CFITable, fde: FDE) -> tuple[list[int]
                 if e is not None and e.target is not None:
                     sources.setdefault(e.target, []).append(k)
             index = {e.address: k for k, e in enumerate(effects) if e is not None}
-            for site in indirect:
-                if section.arch.name == "amd64":
+            if section.arch.name == "amd64":
+                for site in indirect:
                     found = amd64_jump_table(effects, index[site], leaders, section.code)  # type: ignore[arg-type]
-                else:
-                    found = aarch64_jump_table(effects, index[site], sources, section.code,  # type: ignore[arg-type]
-                                               section.absolute_tables)
-                if found is not None:
-                    tables[site] = found
+                    if found is not None:
+                        tables[site] = found
+            else:
+                resolved = aarch64_jump_tables(effects, [index[s] for s in indirect],  # type: ignore[arg-type]
+                                               sources, section.code, section.absolute_tables)  # type: ignore[arg-type]
+                tables = {effects[k].address: t for k, t in resolved.items()}  # type: ignore[union-attr]
     for site in indirect:
         for a in (tables[site] if site in tables else addrs):
             if a in preds:
