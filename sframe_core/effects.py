@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from .abi import Arch
 
 __all__ = ["Flow", "Base", "Store", "Load", "Effect", "decoder_for", "capstone_available",
-           "CALLEE_SAVED", "amd64_jump_table"]
+           "CALLEE_SAVED", "amd64_jump_table", "aarch64_jump_table", "aarch64_jump_tables"]
 
 
 class Flow(enum.Enum):
@@ -666,71 +666,351 @@ def _imm(text: str) -> int | None:
         return None
 
 
+def _a64_split(text: str) -> tuple[str, list[str]]:
+    """Mnemonic and operands of capstone's text; a memory operand stays one
+    operand (``[x1, w0, uxtw #1]``)."""
+    mnem, _, rest = text.strip().partition(" ")
+    ops: list[str] = []
+    depth, cur = 0, ""
+    for ch in rest:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            ops.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        ops.append(cur.strip())
+    return mnem, ops
+
+
+def _a64_reg(name: str) -> int | None:
+    """x0-x30 / w0-w30 -> 0-30; anything else (sp, zr, vector, immediates) -> None."""
+    if len(name) >= 2 and name[0] in "xw" and name[1:].isdigit() and int(name[1:]) <= 30:
+        return int(name[1:])
+    return {"fp": 29, "lr": 30}.get(name)
+
+
+def _a64_dests(text: str) -> set[int]:
+    """General registers (0-30) an instruction may write, from its text:
+    over-approximated (a register operand of an instruction not known to only
+    read its first operand counts as written)."""
+    mnem, ops = _a64_split(text)
+    base = mnem.split(".")[0]
+    out: set[int] = set()
+    if base in ("svc", "hvc", "smc"):
+        out.add(0)  # the call's result (Linux keeps the other registers)
+    regs = [_a64_reg(op) for op in ops if not op.startswith("[")]
+    for k, op in enumerate(ops):  # base register write-back: [xN, #i]! or [xN], #i
+        if op.startswith("[") and (op.endswith("!") or k + 1 < len(ops)):
+            n = _a64_reg(op.strip("[]!").split(",")[0].strip())
+            if n is not None:
+                out.add(n)
+    if base.startswith(_A64_WRITE_ALL):
+        out.update(n for n in regs if n is not None)
+    elif base.startswith("st") and "x" in base[2:5]:
+        if regs and regs[0] is not None:
+            out.add(regs[0])
+    elif not base.startswith(_A64_READ_FIRST) and ops and not ops[0].startswith(("[", "#")):
+        if regs and regs[0] is not None:
+            out.add(regs[0])
+    return out
+
+
+# ``ldr* wE, [xT, wI, uxtw #s]`` -> entry width for the load mnemonic and shift
+_A64_ENTRY = {("ldrb", ""): 1, ("ldrb", "#0"): 1, ("ldrh", "#1"): 2, ("ldr", "#2"): 4}
+_A64_EXTEND = {"sxtb": (1, True), "uxtb": (1, False), "sxth": (2, True), "uxth": (2, False),
+               "sxtw": (4, True), "uxtw": (4, False)}
+_A64_CALLEE = tuple(range(19, 29))
+
+
+def _a64_index(mem: str) -> tuple[int, int, bool, str] | None:
+    """``[xT, wI, uxtw #s]`` / ``[xT, xI, lsl #s]`` / ``[xT, xI]`` ->
+    (T, I, I is 32-bit, shift text) or None."""
+    parts = [p.strip() for p in mem.strip("[]").split(",")]
+    if len(parts) < 2 or not parts[0].startswith("x"):
+        return None
+    table, index = _a64_reg(parts[0]), _a64_reg(parts[1])
+    if table is None or index is None or table == index:
+        return None
+    wide = parts[1].startswith("x")
+    if len(parts) == 2:
+        return table, index, not wide, ""
+    ext, _, shift = parts[2].partition(" ")
+    if (wide and ext != "lsl") or (not wide and ext != "uxtw") or len(parts) != 3:
+        return None
+    return table, index, not wide, shift
+
+
+def _a64_bound(text: str, index: int, narrow: bool) -> int | None:
+    """Entries an index is limited to by ``and I, S, #2^k-1`` / ``ubfx I, S, #l, #k``
+    / ``uxtb wI, wS`` (the instruction that wrote it), else None."""
+    mnem, ops = _a64_split(text)
+    if not ops or _a64_reg(ops[0]) != index or (ops[0].startswith("x") and narrow):
+        return None
+    if mnem == "and" and len(ops) == 3 and ops[1][0] in "xw":
+        mask = _imm(ops[2])
+        if mask is not None and mask >= 0 and mask & (mask + 1) == 0:
+            return mask + 1
+    if mnem == "ubfx" and len(ops) == 4:
+        width = _imm(ops[3])
+        return 1 << width if width is not None and 0 <= width <= 16 else None
+    if mnem == "uxtb" and len(ops) == 2:
+        return 256
+    return None
+
+
+def _a64_compare(effects: list[Effect], k: int, index: int, narrow: bool,
+                 taken: bool) -> int | None:
+    """Entries allowed by ``cmp I, #N`` at ``k - 1`` and the conditional branch at
+    ``k``: the table is reached when the branch is ``taken`` (b.ls / b.lo) or
+    when it falls through (b.hi / b.hs)."""
+    if k < 1:
+        return None
+    mnem, _ = _a64_split(effects[k].text)
+    cmp, ops = _a64_split(effects[k - 1].text)
+    if cmp != "cmp" or len(ops) != 2 or _a64_reg(ops[0]) != index:
+        return None
+    if narrow is False and not ops[0].startswith("x"):
+        return None  # a 32-bit compare says nothing of a 64-bit index's high half
+    bound = _imm(ops[1])
+    if bound is None or bound < 0:
+        return None
+    inclusive = {"b.ls": True, "b.lo": False, "b.cc": False} if taken else \
+        {"b.hi": True, "b.hs": False, "b.cs": False}
+    if mnem not in inclusive:
+        return None
+    return bound + 1 if inclusive[mnem] else bound
+
+
+def _a64_hoisted(effects: list[Effect], reg: int, use: int,
+                 leaders: dict[int, list[int]]) -> int | None:
+    """The address ``reg`` holds at ``effects[use]`` when it was set out of the
+    block (a table base hoisted out of a loop, kept across calls when callee-saved):
+    some ``adrp reg, P ; add reg, reg, #O`` pairs all give it, and no path
+    reaches ``use`` from the entry (the caller's value), from another write of
+    ``reg`` (an epilogue's restore, a pair with another value) or from an
+    indirect jump without passing through one of those pairs."""
+    if reg > 28 or reg in (16, 17, 18):  # FP, LR, IP0/IP1 (veneers), platform register
+        return None
+    pairs: dict[int, int] = {}  # index of the add -> address
+    halves: set[int] = set()  # their adrp
+    bad = [0]
+    writers = [k for k, eff in enumerate(effects) if reg in _a64_dests(eff.text)]
+    for k in writers:
+        found = _a64_pair(effects, k, reg, leaders)
+        if found is not None:
+            pairs[k], first = found
+            halves.add(first)
+    bad += [k for k in writers if k not in pairs and k not in halves]
+    if reg not in _A64_CALLEE:  # a call may change it
+        bad += [k for k, eff in enumerate(effects) if eff.flow is Flow.CALL]
+    for value in sorted(set(pairs.values())):
+        kills = {k for k, v in pairs.items() if v == value}
+        if not _a64_reaches(effects, bad + [k for k in pairs if k not in kills], kills, use):
+            return value
+    return None
+
+
+def _a64_pair(effects: list[Effect], k: int, reg: int,
+              leaders: dict[int, list[int]]) -> tuple[int, int] | None:
+    """(address, index of the adrp) when ``effects[k]`` is ``add reg, reg, #O``
+    completing an ``adrp reg, P`` earlier in the same straight-line code (no
+    branch into it, no other write of ``reg`` in between)."""
+    mnem, ops = _a64_split(effects[k].text)
+    low = _imm(ops[2]) if mnem == "add" and len(ops) == 3 else None
+    if low is None or _a64_reg(ops[0]) != reg or _a64_reg(ops[1]) != reg:
+        return None
+    j = k - 1
+    while j >= max(0, k - 16):
+        if effects[j + 1].address in leaders or effects[j].flow not in (Flow.FALL, Flow.COND):
+            return None
+        if reg in _a64_dests(effects[j].text):
+            m0, o0 = _a64_split(effects[j].text)
+            page = _imm(o0[1]) if m0 == "adrp" and len(o0) == 2 else None
+            return None if page is None else (page + low, j)
+        j -= 1
+    return None
+
+
+def _a64_reaches(effects: list[Effect], sources: list[int], kills: set[int], use: int) -> bool:
+    """Can control go from after any of ``sources`` (index 0: from the entry
+    itself) to ``effects[use]`` without running one of ``kills``? An indirect
+    jump on the way counts as reaching it."""
+    at = {eff.address: k for k, eff in enumerate(effects)}
+    todo: list[int] = []
+    for k in sources:
+        todo.extend([0] if k == 0 else _a64_successors(effects, k, at))
+    seen: set[int] = set()
+    while todo:
+        k = todo.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        if k == use or effects[k].flow is Flow.INDIRECT:
+            return True
+        if k not in kills:
+            todo.extend(_a64_successors(effects, k, at))
+    return False
+
+
+def _a64_successors(effects: list[Effect], k: int, at: dict[int, int]) -> list[int]:
+    eff = effects[k]
+    out = []
+    if eff.flow in (Flow.FALL, Flow.COND, Flow.CALL) and k + 1 < len(effects):
+        out.append(k + 1)
+    if eff.flow in (Flow.JUMP, Flow.COND) and eff.target in at:
+        out.append(at[eff.target])
+    return out
+
+
 def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[int]],
-                       read: Callable[[int, int], bytes | None]) -> list[int] | None:
+                       read: Callable[[int, int], bytes | None],
+                       absolute: bool = False) -> list[int] | None:
     """Targets of the jump table that ``br`` at ``effects[i]`` dispatches
-    through, for gcc's aarch64 form; None when it is not exactly that form:
+    through, for gcc's aarch64 forms; None when it is not exactly one of them
+    (the caller then assumes any target). Relative tables (switch):
 
-        cmp wI, #N ; b.ls L            (the only way into L)
-        ...          (no fall-through into L)
-     L: adrp xT, #P ; add xT, xT, #O ; ldrh|ldrb wE, [xT, wI, uxtw {#1}] ;
-        adr xB, #BASE ; add xA, xB, wE, sxth|sxtb|uxth|uxtb #2 ; br xA
+        ldrb|ldrh|ldr wE, [xT, wI, uxtw #s] ; adr xB, #BASE ;
+        add xA, xB, wE, sxtb|uxtb|sxth|uxth|sxtw|uxtw #2 ; br xA
 
-    ``leaders`` maps each direct branch target to the branches that go there.
-    The N + 1 entries (halfwords or bytes) are read from the file; targets
-    are BASE + 4 * entry (sign- or zero-extended as the add says).
+    targets BASE + 4 * entry; absolute tables (``goto *table[i]``, only with
+    ``absolute``: a non-PIE executable, whose entries are final in the file):
+
+        ldr xA, [xT, xI, lsl #3] ; br xA
+
+    The index is bounded by ``cmp I, #N`` and ``b.hi`` falling into the
+    straight-line block, by a ``b.ls`` that is the only way into it, or by
+    the ``and I, S, #2^k-1`` / ``ubfx`` / ``uxtb`` that wrote it; the table
+    address is ``adrp xT, P ; add xT, xT, #O`` in the block, or the only write
+    that reaches the block (:func:`_a64_hoisted`). Every
+    instruction in between may do anything but write A, B, E, T or I.
+    ``leaders`` maps each direct branch target to the branches that go there;
+    a block is taken as straight-line when none of them enters it
+    (:func:`aarch64_jump_tables` adds the resolved tables' targets).
     """
-    if i < 6:
+    mnem, ops = _a64_split(effects[i].text)
+    if mnem != "br" or len(ops) != 1 or _a64_reg(ops[0]) is None:
         return None
-    texts = [e.text.strip() for e in effects[i - 5:i + 1]]
-    adrp, add_t, load, adr, add_a, br = (t.replace(",", " ").split() for t in texts)
-    if br[0] != "br" or len(br) != 2 or add_a[:1] != ["add"] or len(add_a) != 6:
+    want = {_a64_reg(ops[0]): "target"}
+    width = 0
+    signed = False
+    base: int | None = None
+    table: int | None = None
+    table_reg = index = use = -1
+    narrow = True
+    hopped = False
+    count: int | None = None
+    j = i - 1
+    lowest = max(0, i - 64)
+    while True:
+        if j < lowest:
+            if count is not None and set(want) <= {table_reg}:
+                break
+            return None
+        eff = effects[j]
+        entered = effects[j + 1].address in leaders
+        if entered or eff.flow not in (Flow.FALL, Flow.COND):
+            # The top of the straight-line block that ends at the jump: on
+            # into the one branch that enters it (nothing falls into it).
+            if count is not None and set(want) <= {table_reg}:
+                break  # T from before the block: _a64_hoisted
+            if hopped or not entered or eff.flow in (Flow.FALL, Flow.COND, Flow.CALL):
+                return None
+            sources = leaders.get(effects[j + 1].address, [])
+            if len(sources) != 1 or effects[sources[0]].flow is not Flow.COND:
+                return None
+            k = sources[0]
+            if index in want and count is None:
+                count = _a64_compare(effects, k, index, narrow, True)
+                if count is None:
+                    return None
+                want.pop(index)
+            hopped = True
+            j = k - 1
+            lowest = max(0, j - 64)
+            continue
+        if eff.flow is Flow.COND and index in want and count is None:
+            found = _a64_compare(effects, j, index, narrow, False)
+            if found is not None:
+                count = found
+                want.pop(index)
+        written = _a64_dests(eff.text) & set(want)
+        for reg in written:
+            role = want.pop(reg)
+            m, o = _a64_split(eff.text)
+            if role == "target" and m == "add" and len(o) == 4 and o[3].endswith(" #2") \
+                    and _a64_reg(o[0]) == reg and o[1].startswith("x") and o[2].startswith("w"):
+                ext = o[3][:-3]
+                if ext not in _A64_EXTEND or _a64_reg(o[1]) is None or _a64_reg(o[2]) is None:
+                    return None
+                width, signed = _A64_EXTEND[ext]
+                want[_a64_reg(o[1])] = "adr"
+                want[_a64_reg(o[2])] = "entry"
+            elif role == "target" and absolute and m == "ldr" and len(o) == 2 \
+                    and o[0].startswith("x") and (mem := _a64_index(o[1])) is not None \
+                    and not mem[2] and mem[3] == "#3":
+                width, base, use = 8, 0, j
+                table_reg, index, narrow = mem[0], mem[1], False
+                want[table_reg] = "table"
+                want[index] = "index"
+            elif role == "adr" and m == "adr" and len(o) == 2:
+                base = _imm(o[1])
+            elif role == "entry" and len(o) == 2 and o[0].startswith("w") \
+                    and (mem := _a64_index(o[1])) is not None and mem[2] \
+                    and _A64_ENTRY.get((m, mem[3])) == width:
+                table_reg, index, use = mem[0], mem[1], j
+                want[table_reg] = "table"
+                want[index] = "index"
+            elif role == "table" and (pair := _a64_pair(effects, j, reg, leaders)) is not None:
+                table = pair[0]  # T no longer wanted: its adrp further up is fine
+            elif role == "index" and count is None and (
+                    found := _a64_bound(eff.text, reg, narrow)) is not None:
+                count = found
+            else:
+                return None
+        if not want:
+            break
+        j -= 1
+    if "adr" in want.values() or "entry" in want.values() or "target" in want.values():
         return None
-    a, b, e, ext, shift = add_a[1], add_a[2], add_a[3], add_a[4], add_a[5]
-    if a != br[1] or shift != "#2" or ext not in ("sxth", "sxtb", "uxth", "uxtb"):
+    if table_reg in want:
+        table = _a64_hoisted(effects, table_reg, use, leaders)
+    if table is None or base is None or count is None or not 0 < count <= _TABLE_MAX:
         return None
-    if adr[:2] != ["adr", b] or len(adr) != 3:
-        return None
-    base = _imm(adr[2])
-    # ldrh w1, [x1, w0, uxtw #1]  ->  ['ldrh', 'w1', '[x1', 'w0', 'uxtw', '#1]']
-    if load[0] not in ("ldrh", "ldrb") or load[1] != e:
-        return None
-    width = 2 if load[0] == "ldrh" else 1
-    tail = load[4:]
-    if width == 2 and tail != ["uxtw", "#1]"]:
-        return None
-    if width == 1 and tail not in (["uxtw]"], ["uxtw", "#0]"]):
-        return None
-    table_reg, index = load[2].lstrip("["), load[3]
-    if ext[-1] != ("h" if width == 2 else "b"):
-        return None
-    if adrp[:2] != ["adrp", table_reg] or add_t[:3] != ["add", table_reg, table_reg]:
-        return None
-    page, low = _imm(adrp[2]), _imm(add_t[3]) if len(add_t) == 4 else None
-    if base is None or page is None or low is None or index == table_reg[0] + table_reg[1:] \
-            or index.lstrip("wx") == table_reg.lstrip("wx"):
-        return None
-    start = effects[i - 5]
-    # Nothing branches into the block but one b.ls, nothing falls into it.
-    if effects[i - 6].flow not in (Flow.RETURN, Flow.JUMP, Flow.INDIRECT, Flow.STOP):
-        return None
-    if any(effects[k].address in leaders for k in range(i - 4, i + 1)):
-        return None
-    sources = leaders.get(start.address, [])
-    if len(sources) != 1:
-        return None
-    k = sources[0]
-    if k < 1 or not effects[k].text.startswith("b.ls ") or \
-            effects[k - 1].text.replace(",", " ").split()[:2] != ["cmp", index]:
-        return None
-    bound = _imm(effects[k - 1].text.replace(",", " ").split()[2])
-    if bound is None or not 0 <= bound < _TABLE_MAX:
-        return None
-    count = bound + 1
-    data = read(page + low, width * count)
+    data = read(table, width * count)
     if data is None:
         return None
-    signed = ext.startswith("s")
-    fmt = {(2, True): "h", (2, False): "H", (1, True): "b", (1, False): "B"}[(width, signed)]
-    entries = struct.unpack(f"<{count}{fmt}", data)
+    if width == 8:
+        return list(struct.unpack(f"<{count}Q", data))
+    fmt = {1: "b", 2: "h", 4: "i"}[width]
+    entries = struct.unpack(f"<{count}{fmt if signed else fmt.upper()}", data)
     return [base + 4 * entry for entry in entries]
+
+
+def aarch64_jump_tables(effects: list[Effect], sites: list[int], leaders: dict[int, list[int]],
+                        read: Callable[[int, int], bytes | None],
+                        absolute: bool = False) -> dict[int, list[int]]:
+    """:func:`aarch64_jump_table` for every site in ``sites``, twice: the second
+    time the first round's targets count as ways into blocks too (a dispatch
+    block that some table jumps into is not straight-line). Site -> targets."""
+    first: dict[int, list[int]] = {}
+    for i in sites:
+        found = aarch64_jump_table(effects, i, leaders, read, absolute)
+        if found is not None:
+            first[i] = found
+    if not first:
+        return first
+    more = {target: list(branches) for target, branches in leaders.items()}
+    for i, targets in first.items():
+        for target in set(targets):
+            more.setdefault(target, []).append(i)
+    out: dict[int, list[int]] = {}
+    for i in first:
+        found = aarch64_jump_table(effects, i, more, read, absolute)
+        if found is not None:
+            out[i] = found
+    return out

@@ -84,10 +84,12 @@ class ElfSFrame:
             return None
         base = self.sframe_address if address is None else address
         try:
-            return SFrameSection(self.data, base, pcrel=True if self.relocated else None,
-                                 name=self.path, code=self.code_reader(base - self.sframe_address))
+            section = SFrameSection(self.data, base, pcrel=True if self.relocated else None,
+                                    name=self.path, code=self.code_reader(base - self.sframe_address))
         except FormatError as exc:
             raise FormatError(f"{self.path}: .sframe: {exc}") from None
+        section.absolute_tables = self.elf_type == "ET_EXEC" and base == self.sframe_address
+        return section
 
 
     def code_reader(self, bias: int) -> CodeReader | None:

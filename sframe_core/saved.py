@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from .abi import Arch
-from .effects import Base, Effect, Flow, aarch64_jump_table, amd64_jump_table, decoder_for
+from .effects import Base, Effect, Flow, aarch64_jump_tables, amd64_jump_table, decoder_for
 from .effects_s390x import s390x_jump_table
 from .rows import SAME, CFARule, Rule, RuleKind
 
@@ -245,13 +245,15 @@ _RED_ZONE = {"amd64": 128}
 
 
 def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule | None],
-            read: Callable[[int, int], bytes | None] | None = None) -> Analysis:
+            read: Callable[[int, int], bytes | None] | None = None,
+            absolute_tables: bool = False) -> Analysis:
     """Rules for the callee-saved registers over ``[start, start + len(code))``.
 
     ``cfa_at(pc)`` gives SFrame's CFA rule at a PC of the function (None
     where it has none); ``read(address, size)`` the file's bytes (jump
-    tables). The result's spans cover the decoded instructions; PCs outside
-    them have no rules.
+    tables). ``absolute_tables``: tables of absolute addresses in the file are
+    final (a non-PIE executable: no load bias, no dynamic relocations). The
+    result's spans cover the decoded instructions; PCs outside them have no rules.
     """
     decoder = decoder_for(arch)
     if decoder is None:
@@ -289,13 +291,17 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
         for i, eff in enumerate(effects):
             if eff.target is not None:
                 sources.setdefault(eff.target, []).append(i)
-        for i, eff in enumerate(effects):
-            if eff.flow is Flow.INDIRECT:
-                targets = (amd64_jump_table(effects, i, leaders, read) if arch.name == "amd64"
-                           else s390x_jump_table(effects, i, read) if arch.name == "s390x"
-                           else aarch64_jump_table(effects, i, sources, read))
-                if targets is not None and all(t in at or not start <= t < end for t in targets):
-                    tables[i] = [at[t] for t in targets if t in at]
+        sites = [i for i, eff in enumerate(effects) if eff.flow is Flow.INDIRECT]
+        if arch.name == "amd64":
+            found = {i: t for i in sites
+                     if (t := amd64_jump_table(effects, i, leaders, read)) is not None}
+        elif arch.name == "s390x":
+            found = {i: t for i in sites if (t := s390x_jump_table(effects, i, read)) is not None}
+        else:
+            found = aarch64_jump_tables(effects, sites, sources, read, absolute_tables)
+        for i, targets in found.items():
+            if all(t in at or not start <= t < end for t in targets):
+                tables[i] = [at[t] for t in targets if t in at]
     tracked = decoder.tracked
     index = {reg: i for i, reg in enumerate(tracked)}
     anchors = [_anchor(cfa_at(eff.address), arch) for eff in effects]

@@ -106,6 +106,8 @@ class SFrameSection:
         self.code = code
         self.saved_registers = saved_registers
         self._saved: OrderedDict[int, Analysis] = OrderedDict()
+        # Absolute addresses read from the file are the runtime ones (ET_EXEC).
+        self.absolute_tables = False
 
     # -- FDEs ------------------------------------------------------------
 
@@ -366,7 +368,7 @@ class SFrameSection:
                 k = bisect_right(starts, pc) - 1
                 return cfas[k][1] if k >= 0 else None
 
-            result = analyse(self.arch, code, fde.start, cfa_at, self.code)
+            result = analyse(self.arch, code, fde.start, cfa_at, self.code, self.absolute_tables)
         self._saved[fde.index] = result
         if len(self._saved) > SAVED_CACHE_SIZE:
             self._saved.popitem(last=False)

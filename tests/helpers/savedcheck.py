@@ -22,8 +22,10 @@ Each (PC, register) pair lands in one class:
   can run between the function's entry and the PC writes the register
   (capstone's register-write lists, over a control-flow graph in which an
   indirect jump goes to its jump table's entries when
-  ``effects.amd64_jump_table`` / ``aarch64_jump_table`` read one, else to any
-  instruction), except ``pop`` instructions that
+  ``effects.amd64_jump_table`` / ``aarch64_jump_tables`` read one, else to any
+  instruction, and a call only falls through: a recursive call to the
+  function's own start is another activation, not an edge to its entry),
+  except ``pop`` instructions that
   read the slot ``.eh_frame`` names for it there (restores);
 - ``unknown-both``;
 - anything else is a disagreement: the test fails on any.
@@ -43,7 +45,7 @@ from sframe_core.effects import (
     _X86_NAMES,
     CALLEE_SAVED,
     Flow,
-    aarch64_jump_table,
+    aarch64_jump_tables,
     amd64_jump_table,
     decoder_for,
 )
@@ -143,7 +145,7 @@ def _graph(section: SFrameSection, table: CFITable, fde: FDE) -> tuple[list[int]
         groups = set(insn.groups)
         falls = not (groups & {3, 5}) and insn.mnemonic not in ("ud2", "hlt", "brk", "b")
         target = None
-        if groups & {1, 7}:
+        if groups & {1, 7} and 2 not in groups:  # a call falls through (recursion too)
             imms = [op.imm for op in insn.operands if op.type == 2]
             if imms:
                 target = imms[-1]
@@ -165,13 +167,15 @@ def _graph(section: SFrameSection, table: CFITable, fde: FDE) -> tuple[list[int]
                 if e is not None and e.target is not None:
                     sources.setdefault(e.target, []).append(k)
             index = {e.address: k for k, e in enumerate(effects) if e is not None}
-            for site in indirect:
-                if section.arch.name == "amd64":
+            if section.arch.name == "amd64":
+                for site in indirect:
                     found = amd64_jump_table(effects, index[site], leaders, section.code)  # type: ignore[arg-type]
-                else:
-                    found = aarch64_jump_table(effects, index[site], sources, section.code)  # type: ignore[arg-type]
-                if found is not None:
-                    tables[site] = found
+                    if found is not None:
+                        tables[site] = found
+            else:
+                resolved = aarch64_jump_tables(effects, [index[s] for s in indirect],  # type: ignore[arg-type]
+                                               sources, section.code, section.absolute_tables)  # type: ignore[arg-type]
+                tables = {effects[k].address: t for k, t in resolved.items()}  # type: ignore[union-attr]
     for site in indirect:
         for a in (tables[site] if site in tables else addrs):
             if a in preds:
