@@ -27,6 +27,7 @@ from helpers.lldbtools import (
     lldb_path,
     parse_bt,
     run_lldb,
+    run_lldb_status,
     symbol_address,
 )
 
@@ -199,6 +200,30 @@ def test_core_file(version: str, order: str, program: str, cores: dict[str, Path
     assert "sframe:" not in out, out
     assert _stacks(command_output(out, "bt all")) == _stacks(command_output(want, "bt all")), out
     assert f"{binary.name}: LLDB's own unwinder" in command_output(out, "sframe status")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("route", ["auto", "provider"])
+def test_core_target_delete_and_create_again(version: str, route: str, cores: dict[str, Path],
+                                             tmp_path: Path) -> None:
+    """``target delete`` of a core target right after the plugin registered its
+    frame provider crashed LLDB 23.1.0's event thread (SIGSEGV, 10 runs of 10
+    such cycles: 10 crashed; LLDB alone never). Ten cycles in one LLDB catch
+    it; the provider route (``SFRAME_LLDB_ROUTE=provider``, or a module the
+    native route cannot serve) is the one that registers on cores."""
+    binary = V3 / "deep.noeh.stripped"
+    load = f"target create {binary} --core {cores[binary.name]}"
+    cycles = [command for _ in range(10) for command in (load, "target delete")]
+    out, status = run_lldb_status(version, [*cycles, load, "bt"],
+                                  env={**_env(tmp_path), "SFRAME_LLDB_ROUTE": route})
+    assert status == 0, out[-3000:]
+    assert "Traceback" not in out
+    assert out.count("1 targets deleted.") == 10, out[-3000:]
+    frames = parse_bt(command_output(out, "bt"))
+    assert frames and frames[0].name == "__pthread_kill_implementation", out[-3000:]
+    # Whole stacks where a route serves cores: the native one, or the provider
+    # on 23 (22 registers none on cores; 21 has none).
+    assert len(frames) >= 8 or (route == "provider" and version != "23"), out[-3000:]
 
 
 def _stacks(text: str) -> list[list[int]]:
