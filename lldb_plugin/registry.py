@@ -22,7 +22,7 @@ import time
 
 import lldb
 
-from . import symfiles
+from . import locate, symfiles
 from .target import target_key, warn, warn_once
 
 __all__ = ["supported", "register", "install", "status", "StopHook"]
@@ -249,6 +249,8 @@ def _provider_wanted(target: lldb.SBTarget) -> bool:
 
 def install(debugger: lldb.SBDebugger) -> None:
     """Route (and, where needed, register on) every existing target; arrange it for later ones."""
+    if symfiles.enabled():
+        locate.install(debugger.GetSelectedPlatform())
     count = debugger.GetNumTargets()
     if count == 0:
         _add_stop_hook(debugger, None)

@@ -168,6 +168,36 @@ def test_sframe_load_before_breakpoints_keeps_types(version: str, tmp_path: Path
 
 
 @pytest.mark.skipif(not available(), reason="tests/fixtures/realprogs not built")
+@pytest.mark.parametrize("version", ["22", "23"])
+def test_breakpoint_before_run_keeps_types(version: str, tmp_path: Path) -> None:
+    """``b NAME`` before ``run``, no ``sframe load``: a structure in a caller
+    frame prints as on the twin. LLDB 23 parsed lua's ``BuffFS`` from the
+    module's own DWARF for the breakpoint and printed ``<incomplete type>``
+    once the stop-hook had replaced the symbol file; the locate-module
+    callback (lldb_plugin/locate.py) now gives LLDB the symbol file as it
+    creates the module."""
+    lua = PROGRAMS["lua5.4"]
+    args = " ".join(lua.args)
+    fields = re.compile(r"^\s*(L|pushed|blen) = (.*)$", re.M)
+
+    def buff(binary: Path, plugin: bool) -> tuple[str, str]:
+        out = run_lldb(version, [f"target create {binary}", "b luaV_concat",
+                                 f"process launch -o /dev/null -- {args}", "frame select 3",
+                                 "frame variable buff", "sframe status" if plugin else "bt 1"],
+                       plugin=plugin, env={"XDG_CACHE_HOME": str(tmp_path)})
+        assert "Traceback" not in out
+        assert "luaO_pushvfstring" in command_output(out, "frame select 3"), out[-3000:]
+        return command_output(out, "frame variable buff"), out
+
+    want, _ = buff(lua.path("busid-v3", "twin"), False)
+    got, out = buff(lua.path("busid-v3", "noeh"), True)
+    assert "incomplete type" not in got, got
+    assert fields.findall(got) == fields.findall(want) and len(fields.findall(want)) == 3, \
+        (got, want)
+    assert "lua5.4.noeh: LLDB's own unwinder" in command_output(out, "sframe status"), out[-3000:]
+
+
+@pytest.mark.skipif(not available(), reason="tests/fixtures/realprogs not built")
 def test_lldb21_keeps_debug_info_modules(tmp_path: Path) -> None:
     """LLDB 21 loses a module's load addresses when a symbol file replaces the
     module's own DWARF (breakpoints set afterwards never hit): there the
