@@ -8,6 +8,7 @@ wrong (stripped, or a DRAP-realigned function), which each test checks too.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -407,6 +408,26 @@ def test_unwritable_cache_dir(version: str, tmp_path: Path) -> None:
     lines = re.findall(r"(?<![.\w])sframe: [^\n]*", out)
     assert len(lines) == 1, out
     assert len(_frames(command_output(out, "bt"))) >= 1
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_cache_is_pruned_and_reuse_touches(version: str, tmp_path: Path) -> None:
+    """A symbol file unused for 30 days goes when LLDB makes a new one; a reused
+    one counts as used now (sframe_core/symcache.py)."""
+    twin, binary = _need(V3 / "deep"), _need(V3 / "deep.noeh.stripped")
+    cache = tmp_path / "cache" / "sframe-gdb" / "symbols"
+    cache.mkdir(parents=True)
+    stale = cache / "0123-old.debug"
+    stale.write_bytes(b"\x7fELF")
+    month = time.time() - 40 * 86400
+    os.utime(stale, (month, month))
+    out = _launch(version, binary, twin, ["bt"], plugin=True, env=_env(tmp_path))
+    assert "sframe:" not in out, out[-3000:]
+    made = [p for p in cache.iterdir()]
+    assert not stale.exists() and len(made) == 1, made
+    os.utime(made[0], (month, month))
+    _launch(version, binary, twin, ["bt"], plugin=True, env=_env(tmp_path))
+    assert time.time() - made[0].stat().st_mtime < 600
 
 
 @pytest.mark.parametrize("version", VERSIONS)
