@@ -211,3 +211,26 @@ def test_lldb21_keeps_debug_info_modules(tmp_path: Path) -> None:
     assert out.count("loses the module's addresses when its debug information is replaced") == 2
     assert "not on the native route" in command_output(out, "sframe status")
     assert "stop reason = breakpoint 2." in command_output(out, "continue"), out[-2000:]
+
+
+@pytest.mark.skipif(not available(), reason="tests/fixtures/realprogs not built")
+def test_lldb21_symbol_file_given_at_creation_loses_addresses_too(tmp_path: Path) -> None:
+    """Why LLDB 21 keeps modules with debug information to itself, whatever
+    the timing: even given as the module is created (``target create -s``,
+    before anything is parsed or loaded), LLDB 21.1.7 resolves the symbol
+    file's DWARF addresses in that file's own sections, which never get load
+    addresses: a breakpoint by name is never hit. 22 resolves them in the
+    module's. Fails (and says so) the day a 21.x behaves like 22."""
+    from sframe_core.symfile import symbol_file_for
+    lua = PROGRAMS["lua5.4"]
+    binary = lua.path("busid-v3", "noeh")
+    made = symbol_file_for(str(binary), cache=str(tmp_path))
+    commands = [f"target create -s {made.path} {binary}", "image lookup -n luaV_concat",
+                "b luaV_concat", f"process launch -o /dev/null -- {' '.join(lua.args)}"]
+    sections = re.compile(r"\((\S+)\.PT_LOAD\[1\]\.\.text \+ \d+\)")
+    for version, owner, hit in (("21", os.path.basename(made.path), False),
+                                ("22", binary.name, True)):
+        out = run_lldb(version, commands, plugin=False)
+        found = sections.findall(command_output(out, "image lookup -n luaV_concat"))
+        assert found and set(found) == {owner}, (version, out[-3000:])
+        assert ("stop reason = breakpoint 1." in out) == hit, (version, out[-3000:])
