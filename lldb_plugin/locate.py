@@ -31,6 +31,9 @@ from sframe_core.errors import SFrameError
 __all__ = ["install", "attached", "supported"]
 
 _lock = threading.Lock()
+# e_machine of the ABIs in symfiles.ROUTE_ABIS (x86_64, aarch64): LLDB's
+# unwinder did not walk s390x .debug_frame; the stop-hook gives that to the provider.
+_ROUTE_MACHINES = frozenset({62, 183})
 # realpath of a module -> the symbol file handed to LLDB for it (the stop-hook
 # then records the module as on the native route without adding it again).
 _attached: dict[str, str] = {}
@@ -62,8 +65,8 @@ def _symbol_file(path: str) -> str | None:
     made = None
     # Only the clear case: .sframe and no CFI at all. A module whose
     # .eh_frame covers part of its code is the stop-hook's to judge.
-    if (info.section(".sframe") is not None and info.section(".eh_frame") is None
-            and info.section(".debug_frame") is None):
+    if (info.header[1] in _ROUTE_MACHINES and info.section(".sframe") is not None
+            and info.section(".eh_frame") is None and info.section(".debug_frame") is None):
         result = symbol_file_for(path)
         if result.warning:
             warn_once(("symfile-warning", result.warning), result.warning)
