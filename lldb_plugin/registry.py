@@ -18,10 +18,11 @@ the way.
 from __future__ import annotations
 
 import importlib
+import time
 
 import lldb
 
-from . import symfiles
+from . import locate, symfiles
 from .target import target_key, warn, warn_once
 
 __all__ = ["supported", "register", "install", "status", "StopHook"]
@@ -33,6 +34,7 @@ _said_unsupported = False
 # True while StopHook registers a provider: LLDB 23 runs the provider at
 # once, inside the hook, where it must not read input frames' registers.
 in_stop_hook = False
+_marker: lldb.SBBroadcaster | None = None
 
 
 def supported() -> bool:
@@ -130,6 +132,8 @@ def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
         warn(f"could not register the frame provider: {error.GetCString() or 'unknown error'}")
         return None
     _ids[key] = ident
+    if core:
+        _wait_for_event_thread(target.GetDebugger())
     # Nothing here asks a core's threads for their frames once the provider
     # is registered: LLDB's event-handler thread may be making it, holding
     # the thread's frame-list lock, while an SB call from here would hold the
@@ -145,6 +149,45 @@ def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
                     warn("frame provider registered; this LLDB applies it from the next stop "
                          "on: use 'sframe bt' for the current one")
     return ident
+
+
+def _wait_for_event_thread(debugger: lldb.SBDebugger, timeout: float = 2.0) -> None:
+    """Return once LLDB's event-handler thread has handled what it has queued.
+
+    Registering a provider broadcasts a stack-changed event per thread; the
+    event thread takes it and prints the thread's status, which runs the
+    provider, so it waits for the Python lock until this command returns.
+    On a core, a ``target delete`` that came before it had printed crashed
+    LLDB 23.1.0 (SIGSEGV in ``Debugger::DefaultEventHandler``: 10 runs of 10
+    core loads and deletes after the import, 10 crashed; never without the
+    plugin, nor on the native route, which registers no provider). So an
+    event of our own is queued behind those and this waits, sleeping (which
+    lets the event thread run Python), until the event thread has taken it,
+    that is, has finished with the ones before: about 5-50 ms. Bounded, so
+    it never hangs LLDB.
+    """
+    listener = debugger.GetListener()
+    if not listener.IsValid():
+        return
+    global _marker
+    if _marker is None:
+        # One for the session: a queued event may outlive a wait that timed out.
+        _marker = lldb.SBBroadcaster("sframe.event-thread-flush")
+    marker, bit = _marker, 1
+    if not marker.AddListener(listener, bit):
+        return
+    try:
+        marker.BroadcastEventByType(bit)
+        event = lldb.SBEvent()
+        deadline = time.monotonic() + timeout
+        while listener.PeekAtNextEventForBroadcaster(marker, event):
+            if time.monotonic() > deadline:
+                warn_once("event-thread", f"LLDB's event thread is busy (waited {timeout:g} s); "
+                          "wait for the core's status line before 'target delete'")
+                return
+            time.sleep(0.005)
+    finally:
+        marker.RemoveListener(listener, bit)
 
 
 class StopHook:
@@ -206,6 +249,8 @@ def _provider_wanted(target: lldb.SBTarget) -> bool:
 
 def install(debugger: lldb.SBDebugger) -> None:
     """Route (and, where needed, register on) every existing target; arrange it for later ones."""
+    if symfiles.enabled():
+        locate.install(debugger.GetSelectedPlatform())
     count = debugger.GetNumTargets()
     if count == 0:
         _add_stop_hook(debugger, None)

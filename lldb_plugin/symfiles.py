@@ -30,6 +30,7 @@ import lldb
 from sframe_core.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X
 from sframe_core.errors import SFrameError
 
+from . import locate
 from .target import LLDBModule, info_for, target_key, warn_once
 
 __all__ = ["Route", "NATIVE", "FAILED", "PROVIDER", "ROUTE_ABIS", "route_target", "routes", "is_native",
@@ -116,7 +117,7 @@ def _has_debug_info(module: lldb.SBModule) -> bool:
     return bool(used.IsValid() and used.fullpath and used.fullpath != own.fullpath)
 
 
-def _keeps_addresses_when_debug_info_is_replaced() -> bool:
+def keeps_addresses_when_debug_info_is_replaced() -> bool:
     """LLDB 21.1.7 loses a module's load addresses when the symbol file that
     replaces the module's own DWARF is added (breakpoints set afterwards are
     never hit, a backtrace shows the callers of inlined frames at file
@@ -150,7 +151,11 @@ def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule
     path = module.GetFileSpec().fullpath
     if not path or not os.path.isfile(path):
         return Route(FAILED, name, "its file is not on this machine")
-    if _has_debug_info(module) and not _keeps_addresses_when_debug_info_is_replaced():
+    given = locate.attached(path)
+    if given is not None and os.path.realpath(module.GetSymbolFileSpec().fullpath or "") == \
+            os.path.realpath(given):
+        return Route(NATIVE, name, given)  # LLDB has it since it created the module
+    if _has_debug_info(module) and not keeps_addresses_when_debug_info_is_replaced():
         return Route(FAILED, name, "this LLDB loses the module's addresses when its debug "
                      "information is replaced (LLDB 21); left to LLDB's own unwinder, "
                      "'sframe bt' works", False)

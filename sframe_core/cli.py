@@ -235,6 +235,63 @@ def run_to_dwarf(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- cache (sframe_core/symcache.py) ----------------------------------------------
+
+
+def _configure_cache(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--list", action="store_const", dest="action", const="list",
+                      help="list the cached symbol files, least recently used first (default)")
+    what.add_argument("--prune", action="store_const", dest="action", const="prune",
+                      help="remove files unused for SFRAME_CACHE_DAYS days (30), then the least "
+                           "recently used above SFRAME_CACHE_MAX_MB megabytes (1024)")
+    what.add_argument("--clear", action="store_const", dest="action", const="clear",
+                      help="remove every cached symbol file")
+    parser.add_argument("--dir", metavar="DIR",
+                        help="the cache directory (default: $XDG_CACHE_HOME/sframe-gdb/symbols)")
+
+
+def _size(count: int) -> str:
+    for unit in ("bytes", "KiB", "MiB"):
+        if count < 1024 or unit == "MiB":
+            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1024  # type: ignore[assignment]
+    return str(count)
+
+
+def _files(count: int) -> str:
+    return f"{count} file" if count == 1 else f"{count} files"
+
+
+@command("cache", "list, prune or clear the symbol files made for debuggers", _configure_cache)
+def run_cache(args: argparse.Namespace) -> int:
+    import time
+
+    from . import symcache
+    from .symfile import cache_dir
+
+    directory = args.dir or cache_dir()
+    action = args.action or "list"
+    try:
+        if action == "list":
+            found = symcache.entries(directory)
+            now = time.time()
+            for entry in found:
+                days = (now - entry.used) / 86400
+                note = "  (unfinished write)" if entry.temporary else ""
+                sys.stdout.write(f"{entry.size:>12}  used {days:5.1f} days ago  "
+                                 f"{os.path.basename(entry.path)}{note}\n")
+            total = sum(e.size for e in found)
+            sys.stdout.write(f"{directory}: {_files(len(found))}, {_size(total)}\n")
+            return 0
+        removed, freed = (symcache.prune(directory) if action == "prune"
+                          else symcache.clear(directory))
+    except OSError as exc:
+        raise CommandFailed(f"{exc.filename or directory}: {exc.strerror or exc}") from None
+    sys.stdout.write(f"{directory}: removed {_files(removed)}, {_size(freed)}\n")
+    return 0
+
+
 # -- gdbinit (owned by the GDB adapter) ----------------------------------------
 
 

@@ -19,7 +19,8 @@ file per (build-id, hash of the ``.sframe`` bytes, identity of the copied
 debug file, generator version); written to a temporary file in the same
 directory and renamed into place, so readers (and a second debugger doing
 the same at the same time) only ever see whole files. A module without
-build-id is keyed by its path, size and modification time instead.
+build-id is keyed by its path, size and modification time instead. The
+cache is bounded (unused for 30 days, over 1 GiB: ``symcache.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO, NamedTuple
 
+from . import symcache
 from .abi import AMD64
 from .dwarf import Function, encode_functions, entry_function, functions
 from .elf import read_elf
@@ -717,6 +719,7 @@ def symbol_file_for(path: str, *, cache: str | None = None,
         warning = f"{wanted}: not writable; symbol files go to {directory}"
     target = os.path.join(directory, name)
     if _cached(target):
+        symcache.touch(target)  # its "last used" time, for pruning
         return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
     frame = _frame(plan)
     try:
@@ -725,4 +728,9 @@ def symbol_file_for(path: str, *, cache: str | None = None,
         raise FileError(f"{target}: {exc.strerror or exc}") from None
     except SFrameError:
         raise
+    try:
+        symcache.prune(directory, keep=target)
+    except OSError as exc:
+        problem = f"{directory}: cannot prune the symbol file cache: {exc.strerror or exc}"
+        warning = f"{warning}; {problem}" if warning else problem
     return SymbolFile(target, plan.module.build_id, False, _source_name(plan), warning)

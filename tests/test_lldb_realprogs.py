@@ -38,11 +38,9 @@ pytestmark = pytest.mark.lldb
 
 REGISTER = re.compile(r"^\s*(\w+) = (0x[0-9a-f]+)", re.M)
 UNAVAILABLE = ("not available", "unavailable", "could not evaluate", "<no location",
-               "optimized out", "<empty constant data>",
-               # A type LLDB parsed from the module's own DWARF before the symbol
-               # file replaced it (a "b NAME" before "run"): shown without a
-               # value (docs/lldb.md, known limits), never with a wrong one.
-               "<incomplete type")
+               "optimized out", "<empty constant data>")
+# No "<incomplete type": LLDB gets the symbol file as it creates the module
+# (lldb_plugin/locate.py), before "b NAME" parses any type.
 
 
 def _cases() -> list[tuple[str, str, str, str]]:
@@ -168,6 +166,36 @@ def test_sframe_load_before_breakpoints_keeps_types(version: str, tmp_path: Path
 
 
 @pytest.mark.skipif(not available(), reason="tests/fixtures/realprogs not built")
+@pytest.mark.parametrize("version", ["22", "23"])
+def test_breakpoint_before_run_keeps_types(version: str, tmp_path: Path) -> None:
+    """``b NAME`` before ``run``, no ``sframe load``: a structure in a caller
+    frame prints as on the twin. LLDB 23 parsed lua's ``BuffFS`` from the
+    module's own DWARF for the breakpoint and printed ``<incomplete type>``
+    once the stop-hook had replaced the symbol file; the locate-module
+    callback (lldb_plugin/locate.py) now gives LLDB the symbol file as it
+    creates the module."""
+    lua = PROGRAMS["lua5.4"]
+    args = " ".join(lua.args)
+    fields = re.compile(r"^\s*(L|pushed|blen) = (.*)$", re.M)
+
+    def buff(binary: Path, plugin: bool) -> tuple[str, str]:
+        out = run_lldb(version, [f"target create {binary}", "b luaV_concat",
+                                 f"process launch -o /dev/null -- {args}", "frame select 3",
+                                 "frame variable buff", "sframe status" if plugin else "bt 1"],
+                       plugin=plugin, env={"XDG_CACHE_HOME": str(tmp_path)})
+        assert "Traceback" not in out
+        assert "luaO_pushvfstring" in command_output(out, "frame select 3"), out[-3000:]
+        return command_output(out, "frame variable buff"), out
+
+    want, _ = buff(lua.path("busid-v3", "twin"), False)
+    got, out = buff(lua.path("busid-v3", "noeh"), True)
+    assert "incomplete type" not in got, got
+    assert fields.findall(got) == fields.findall(want) and len(fields.findall(want)) == 3, \
+        (got, want)
+    assert "lua5.4.noeh: LLDB's own unwinder" in command_output(out, "sframe status"), out[-3000:]
+
+
+@pytest.mark.skipif(not available(), reason="tests/fixtures/realprogs not built")
 def test_lldb21_keeps_debug_info_modules(tmp_path: Path) -> None:
     """LLDB 21 loses a module's load addresses when a symbol file replaces the
     module's own DWARF (breakpoints set afterwards never hit): there the
@@ -181,3 +209,26 @@ def test_lldb21_keeps_debug_info_modules(tmp_path: Path) -> None:
     assert out.count("loses the module's addresses when its debug information is replaced") == 2
     assert "not on the native route" in command_output(out, "sframe status")
     assert "stop reason = breakpoint 2." in command_output(out, "continue"), out[-2000:]
+
+
+@pytest.mark.skipif(not available(), reason="tests/fixtures/realprogs not built")
+def test_lldb21_symbol_file_given_at_creation_loses_addresses_too(tmp_path: Path) -> None:
+    """Why LLDB 21 keeps modules with debug information to itself, whatever
+    the timing: even given as the module is created (``target create -s``,
+    before anything is parsed or loaded), LLDB 21.1.7 resolves the symbol
+    file's DWARF addresses in that file's own sections, which never get load
+    addresses: a breakpoint by name is never hit. 22 resolves them in the
+    module's. Fails (and says so) the day a 21.x behaves like 22."""
+    from sframe_core.symfile import symbol_file_for
+    lua = PROGRAMS["lua5.4"]
+    binary = lua.path("busid-v3", "noeh")
+    made = symbol_file_for(str(binary), cache=str(tmp_path))
+    commands = [f"target create -s {made.path} {binary}", "image lookup -n luaV_concat",
+                "b luaV_concat", f"process launch -o /dev/null -- {' '.join(lua.args)}"]
+    sections = re.compile(r"\((\S+)\.PT_LOAD\[1\]\.\.text \+ \d+\)")
+    for version, owner, hit in (("21", os.path.basename(made.path), False),
+                                ("22", binary.name, True)):
+        out = run_lldb(version, commands, plugin=False)
+        found = sections.findall(command_output(out, "image lookup -n luaV_concat"))
+        assert found and set(found) == {owner}, (version, out[-3000:])
+        assert ("stop reason = breakpoint 1." in out) == hit, (version, out[-3000:])

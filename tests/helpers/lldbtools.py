@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from pathlib import Path
 
 import pexpect
@@ -13,6 +12,7 @@ from . import DEBUGGERS, FIXTURES, ROOT, Frame, missing
 
 PLUGIN = ROOT / "lldb_plugin"
 __all__ = ["FIXTURES", "PLUGIN", "Session", "break_command", "command_output", "parse_bt", "run_lldb",
+           "run_lldb_status",
            "symbol_address", "lldb_path"]
 
 ANSI_RE = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[78])")
@@ -30,6 +30,12 @@ def lldb_path(version: str) -> Path:
 def run_lldb(version: str, commands: list[str], *, plugin: bool = True, timeout: int = 120,
              env: dict[str, str] | None = None) -> str:
     """Run LLDB in batch mode; the whole transcript (a hang fails the test)."""
+    return run_lldb_status(version, commands, plugin=plugin, timeout=timeout, env=env)[0]
+
+
+def run_lldb_status(version: str, commands: list[str], *, plugin: bool = True, timeout: int = 120,
+                    env: dict[str, str] | None = None) -> tuple[str, int]:
+    """``run_lldb`` and LLDB's exit status (a signal that killed it: 128 + its number)."""
     args = [str(lldb_path(version)), "--no-lldbinit", "--no-use-colors", "-b",
             "-O", "settings set show-statusline false"]
     if plugin:
@@ -39,11 +45,19 @@ def run_lldb(version: str, commands: list[str], *, plugin: bool = True, timeout:
     full_env = dict(os.environ)
     full_env.pop("VIRTUAL_ENV", None)
     full_env.update(env or {})
-    out, status = pexpect.run(" ".join(shlex.quote(a) for a in args), timeout=timeout,
-                              withexitstatus=True, env=full_env, encoding="utf-8",
-                              cwd=str(ROOT))
-    assert status is not None, f"lldb-{version} timed out:\n{out[-3000:]}"
-    return ANSI_RE.sub("", out.replace("\r\n", "\n"))
+    child = pexpect.spawn(args[0], args[1:], timeout=timeout, env=full_env, encoding="utf-8",
+                          cwd=str(ROOT))
+    try:
+        out = child.read()
+    except pexpect.TIMEOUT:
+        out = child.before or ""
+        child.close(force=True)
+        raise AssertionError(f"lldb-{version} timed out:\n{out[-3000:]}") from None
+    child.close()
+    status = child.exitstatus if child.exitstatus is not None else 128 + (child.signalstatus or 0)
+    text = ANSI_RE.sub("", out.replace("\r\n", "\n"))
+    assert status < 128, f"lldb-{version} was killed by signal {status - 128}:\n{text[-3000:]}"
+    return text, status
 
 
 def command_output(transcript: str, command: str, occurrence: int = -1) -> str:

@@ -1,0 +1,118 @@
+"""Symbol files handed to LLDB as it creates a module, before it reads the module's DWARF.
+
+``target symbols add`` at a stop (``symfiles.route_target``) comes after
+LLDB may have parsed types from the module's own DWARF, for example while
+resolving ``b NAME`` before ``run``; LLDB keeps the module's type system when
+the symbol file is replaced, and such a structure then prints as
+``<incomplete type>`` in caller frames. LLDB asks a platform's locate-module
+callback (``SBPlatform.SetLocateModuleCallback``) for a module's file and
+symbol file while it creates the module, synchronously, on the thread that
+creates it: answering there gives the module our symbol file from the start,
+with no listener thread racing the next command. Observed: LLDB 23.1.0 asks
+for the executable at ``target create`` and for every library; 21.1.7 and
+22.1.0 ask for libraries only (the executable keeps the stop-hook's add).
+
+The callback makes no SB call but on the specs it is given (LLDB holds its
+module locks while it runs, and calls it from several threads at once while
+it loads libraries in parallel), and never raises: anything it cannot serve
+(a file not on this machine, no ``.sframe``, CFI of its own, a generation
+error) is left to LLDB as if there were no callback, and to the stop-hook.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import lldb
+
+from sframe_core.errors import SFrameError
+
+__all__ = ["install", "attached", "supported"]
+
+_lock = threading.Lock()
+# e_machine of the ABIs in symfiles.ROUTE_ABIS (x86_64, aarch64): LLDB's
+# unwinder did not walk s390x .debug_frame; the stop-hook gives that to the provider.
+_ROUTE_MACHINES = frozenset({62, 183})
+# realpath of a module -> the symbol file handed to LLDB for it (the stop-hook
+# then records the module as on the native route without adding it again).
+_attached: dict[str, str] = {}
+# (realpath, size, mtime) -> symbol file path, or None: not ours to serve.
+_decided: dict[tuple[str, int, int], str | None] = {}
+
+
+def supported() -> bool:
+    return hasattr(lldb.SBPlatform, "SetLocateModuleCallback")
+
+
+def attached(path: str | None) -> str | None:
+    """The symbol file the callback gave LLDB for the module at ``path``, if any."""
+    if not path:
+        return None
+    return _attached.get(os.path.realpath(path))
+
+
+def _symbol_file(path: str) -> str | None:
+    """Our symbol file for ``path`` when LLDB would have no CFI for its code, else None."""
+    from sframe_core.symfile import read_module, symbol_file_for
+
+    from .target import warn_once
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    if key in _decided:
+        return _decided[key]
+    info = read_module(path)
+    made = None
+    # Only the clear case: .sframe and no CFI at all. A module whose
+    # .eh_frame covers part of its code is the stop-hook's to judge.
+    if (info.header[1] in _ROUTE_MACHINES and info.section(".sframe") is not None
+            and info.section(".eh_frame") is None and info.section(".debug_frame") is None):
+        result = symbol_file_for(path)
+        if result.warning:
+            warn_once(("symfile-warning", result.warning), result.warning)
+        from .symfiles import keeps_addresses_when_debug_info_is_replaced
+        if result.debug_source is None or keeps_addresses_when_debug_info_is_replaced():
+            # LLDB 21 with debug information: the stop-hook says why not.
+            made = result.path
+            _attached[key[0]] = made
+    _decided[key] = made
+    return made
+
+
+def _set(spec: lldb.SBFileSpec, path: str) -> None:
+    directory, name = os.path.split(path)
+    spec.SetDirectory(directory)
+    spec.SetFilename(name)
+
+
+def _callback(module_spec: lldb.SBModuleSpec, module_file_spec: lldb.SBFileSpec,
+              symbol_file_spec: lldb.SBFileSpec) -> lldb.SBError:
+    try:
+        from . import symfiles
+        if not symfiles.enabled():
+            return lldb.SBError("sframe: native route off")
+        path = module_spec.GetFileSpec().fullpath
+        if not path or not os.path.isabs(path) or not os.path.isfile(path):
+            return lldb.SBError("sframe: not a local file")
+        with _lock:
+            made = _symbol_file(path)
+        if made is None:
+            return lldb.SBError("sframe: LLDB has CFI for it")
+        _set(module_file_spec, path)
+        _set(symbol_file_spec, made)
+        return lldb.SBError()
+    except (SFrameError, OSError, ValueError) as exc:
+        # Said by the stop-hook, which tries again and reports once.
+        return lldb.SBError(f"sframe: {exc}")
+    except Exception as exc:  # noqa: BLE001 - LLDB goes on as without the callback
+        return lldb.SBError(f"sframe: {type(exc).__name__}: {exc}")
+
+
+def install(platform: lldb.SBPlatform) -> None:
+    """Set the callback on ``platform`` (the host's, at import; a target's, at its stops)."""
+    if not supported() or platform is None or not platform.IsValid():
+        return
+    name = platform.GetName() or ""
+    if name != "host":
+        return  # remote files are not on this machine; the stop-hook serves them
+    platform.SetLocateModuleCallback(_callback)
