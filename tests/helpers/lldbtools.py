@@ -44,6 +44,10 @@ def run_lldb_status(version: str, commands: list[str], *, plugin: bool = True, t
         args += ["-o", command]
     full_env = dict(os.environ)
     full_env.pop("VIRTUAL_ENV", None)
+    # No statusline: LLDB 21 deadlocks now and then when its event thread
+    # redraws it while `gdb-remote` loads modules (without the plugin too;
+    # `settings set show-statusline false` comes too late to prevent it).
+    full_env["TERM"] = "dumb"
     full_env.update(env or {})
     child = pexpect.spawn(args[0], args[1:], timeout=timeout, env=full_env, encoding="utf-8",
                           cwd=str(ROOT))
