@@ -68,7 +68,7 @@ def _session(gdb: str, exe: Path, workdir: Path, breakpoint: str, *, plugin: boo
     """(gdb's output, how to rerun it): ``exe deep.lua`` under qemu, stopped at
     ``breakpoint``'s first hit, values dumped (twice with ``both_modes``)."""
     shutil.copy2(SCRIPT, workdir / "deep.lua")
-    stub = QemuStub("aarch64", exe, ["-E", "deep.lua"], cwd=workdir).start()
+    stub = QemuStub("aarch64", exe, ["-E", "deep.lua"], cwd=workdir, same_layout=True).start()
     dump = ["-ex", f"source {VALUES_SCRIPT}"]
     cmd = [gdb, "-nx", "-batch", "-iex", "set debuginfod enabled off",
            "-ex", "set pagination off", "-ex", "set confirm off"]

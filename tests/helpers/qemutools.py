@@ -142,6 +142,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_RESERVED_VA = "0x8000000000"  # 512 GiB: the static fixtures sit far below
+
+
 class QemuStub:
     """``qemu-ARCH -g PORT EXE ARGS``: the guest waits for a debugger at its first insn.
 
@@ -151,8 +154,14 @@ class QemuStub:
     """
 
     def __init__(self, arch: str, exe: str | Path, args: Sequence[str] = (), *,
-                 cwd: str | Path | None = None) -> None:
+                 cwd: str | Path | None = None, same_layout: bool = False) -> None:
         self.qemu = tool(f"qemu-{arch}")
+        # same_layout: a guest address space qemu allocates itself (-R), so
+        # that two runs of a program have their stack at the same address.
+        # qemu 10 (Debian 13) otherwise puts the guest stack where the host's
+        # mmap does, which varies between runs even without ASLR; tests that
+        # compare two processes' values (the twin's and .noeh's) need it.
+        self.layout = ["-R", _RESERVED_VA] if same_layout else []
         self.exe = str(exe)
         self.args = list(args)
         self.cwd = cwd
@@ -165,7 +174,7 @@ class QemuStub:
         last = ""
         for _ in range(5):  # the port can be taken between free_port() and qemu's bind
             self.port = free_port()
-            cmd = [self.qemu, "-g", str(self.port), self.exe, *self.args]
+            cmd = [self.qemu, *self.layout, "-g", str(self.port), self.exe, *self.args]
             self.command = repro(cmd, self.cwd)
             self.proc = subprocess.Popen(cmd, cwd=self.cwd, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
