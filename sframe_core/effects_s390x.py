@@ -31,7 +31,19 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from .effects import CALLEE_SAVED, UNKNOWN_OP, Base, Effect, Flow, Load, SPOp, Store, _Decoder
+from .effects import (
+    _TABLE_MAX,
+    CALLEE_SAVED,
+    UNKNOWN_OP,
+    Base,
+    Effect,
+    Flow,
+    Load,
+    SPOp,
+    Store,
+    _Decoder,
+    _imm,
+)
 
 __all__ = ["S390X", "s390x_jump_table"]
 
@@ -429,7 +441,6 @@ class S390X(_Decoder):
 
 # -- jump tables -------------------------------------------------------------------
 
-_TABLE_MAX = 4096
 _MEM_RE = re.compile(r"^(-?(?:0x)?[0-9a-f]+)\((?:%r(\d+), )?%r(\d+)\)$")
 
 
@@ -456,13 +467,6 @@ def _gpr(word: str) -> int | None:
     return int(word[2:]) if word.startswith("%r") and word[2:].isdigit() else None
 
 
-def _int(word: str) -> int | None:
-    try:
-        return int(word, 0)
-    except ValueError:
-        return None
-
-
 # Instructions that keep the condition code (loads, stores, address arithmetic).
 _KEEP_CC = frozenset({"l", "ly", "lg", "lgf", "llgf", "llgc", "llgh", "llc", "llh", "lh", "lhy",
                       "lgh", "lb", "lgb", "lgr", "lr", "lgfr", "llgfr", "lhi", "lghi", "la", "lay",
@@ -484,7 +488,7 @@ def _bound(effects: list[Effect], k: int, index: int, leaders: dict[int, list[in
     %rI,N,...``): the unsigned compare of (at least) the low 32 bits of rI with N."""
     mnem, ops = _operands(effects[k].text)
     if mnem.startswith(("clij", "clgij")):
-        return _int(ops[1]) if len(ops) == 3 and _gpr(ops[0]) == index else None
+        return _imm(ops[1]) if len(ops) == 3 and _gpr(ops[0]) == index else None
     j = k - 1
     # gcc schedules loads and stores (which keep the condition code) between.
     while j >= 0 and effects[j].flow is Flow.FALL and effects[j + 1].address not in leaders \
@@ -494,7 +498,7 @@ def _bound(effects: list[Effect], k: int, index: int, leaders: dict[int, list[in
         return None
     cmp, cops = _operands(effects[j].text)
     if cmp in ("clfi", "clgfi") and len(cops) == 2 and _gpr(cops[0]) == index:
-        return _int(cops[1])
+        return _imm(cops[1])
     return None
 
 
@@ -526,7 +530,7 @@ def _single_larl(effects: list[Effect], reg: int, leaders: dict[int, list[int]])
         mnem, ops = _operands(eff.text)
         if found is not None or mnem != "larl" or len(ops) != 2 or _gpr(ops[0]) != reg:
             return None
-        found = _int(ops[1])
+        found = _imm(ops[1])
     return found
 
 
@@ -571,15 +575,15 @@ def s390x_jump_table(effects: list[Effect], i: int,
             leaders.setdefault(eff.target, []).append(k)
     mnem, ops = _operands(effects[i].text)
     m = _MEM_RE.match(ops[0]) if mnem == "b" and len(ops) == 1 else None
-    if m is None or _int(m.group(1)) != 0 or m.group(2) is None or m.group(2) == m.group(3):
+    if m is None or _imm(m.group(1)) != 0 or m.group(2) is None or m.group(2) == m.group(3):
         return None
     # L starts at the scaling of the index, at most 8 instructions up.
     start: int | None = None
     for j in range(i - 1, max(-1, i - 9), -1):
         mnem, ops = _operands(effects[j].text)
-        if mnem in ("risbg", "sllg") and len(ops) >= 3 and _int(ops[-1]) == 3 and (
-                mnem == "sllg" or (len(ops) == 5 and _int(ops[3]) == 0xBC
-                                   and (_int(ops[2]) or 0) >= 29)):
+        if mnem in ("risbg", "sllg") and len(ops) >= 3 and _imm(ops[-1]) == 3 and (
+                mnem == "sllg" or (len(ops) == 5 and _imm(ops[3]) == 0xBC
+                                   and (_imm(ops[2]) or 0) >= 29)):
             start = j
             break
     if start is None:
@@ -599,12 +603,12 @@ def s390x_jump_table(effects: list[Effect], i: int,
             value = ("idx", index_reg or 0, 0)
             if index_reg is None:
                 return None
-        elif mnem == "larl" and len(ops) == 2 and _int(ops[1]) is not None:
-            value = ("tab", _int(ops[1]) or 0, 0)
+        elif mnem == "larl" and len(ops) == 2 and _imm(ops[1]) is not None:
+            value = ("tab", _imm(ops[1]) or 0, 0)
         elif mnem == "lgr" and len(ops) == 2 and _gpr(ops[1]) in sym:
             value = sym[_gpr(ops[1]) or 0]
         elif mnem == "lg" and len(ops) == 2 and (mm := _MEM_RE.match(ops[1])) is not None \
-                and _int(mm.group(1)) == 0 and mm.group(2) is not None:
+                and _imm(mm.group(1)) == 0 and mm.group(2) is not None:
             pair = [_sym(sym, int(mm.group(g)), effects, leaders) for g in (2, 3)]
             kinds = sorted(p for p in pair if p is not None)
             if len(kinds) == 2 and kinds[0][0] == "idx" and kinds[1][0] == "tab":
