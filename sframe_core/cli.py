@@ -252,11 +252,11 @@ def _configure_cache(parser: argparse.ArgumentParser) -> None:
 
 
 def _size(count: int) -> str:
-    for unit in ("bytes", "KiB", "MiB"):
-        if count < 1024 or unit == "MiB":
-            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
-        count /= 1024  # type: ignore[assignment]
-    return str(count)
+    if count < 1 << 10:
+        return f"{count} bytes"
+    if count < 1 << 20:
+        return f"{count / (1 << 10):.1f} KiB"
+    return f"{count / (1 << 20):.1f} MiB"
 
 
 def _files(count: int) -> str:
