@@ -31,8 +31,9 @@ from sframe_core.errors import SFrameError
 __all__ = ["install", "attached", "supported"]
 
 _lock = threading.Lock()
-# e_machine of the ABIs in symfiles.ROUTE_ABIS (x86_64, aarch64): LLDB's
-# unwinder did not walk s390x .debug_frame; the stop-hook gives that to the provider.
+# e_machine of the ABIs the callback was tested with (x86_64, aarch64). s390x
+# is on the native route too (symfiles.ROUTE_ABIS) but reached here only
+# through qemu-user, where the stop-hook adds its symbol file at the first stop.
 _ROUTE_MACHINES = frozenset({62, 183})
 # realpath of a module -> the symbol file handed to LLDB for it (the stop-hook
 # then records the module as on the native route without adding it again).
