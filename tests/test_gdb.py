@@ -228,14 +228,18 @@ THREAD_TRIES = 5
 
 
 def _settled(threads: list) -> bool:
-    """Every worker thread sleeps in usleep, called from stop_here_thread."""
+    """Every worker thread sleeps at the same instruction, inside usleep called from
+    stop_here_thread: a thread caught on its way into (or out of) the sleep has other
+    frames above usleep than the others, and the two runs could not be compared."""
+    tops = []
     for frames in threads:
         names = [n for _, n in frames]
         if "stop_here_thread" in names:
             at = names.index("stop_here_thread")
             if at == 0 or names[at - 1] != "usleep":
                 return False
-    return True
+            tops.append(frames[:at])
+    return all(top == tops[0] for top in tops)
 
 
 def test_threads(gdb_path: str) -> None:

@@ -33,9 +33,29 @@ def run_lldb(version: str, commands: list[str], *, plugin: bool = True, timeout:
     return run_lldb_status(version, commands, plugin=plugin, timeout=timeout, env=env)[0]
 
 
+# LLDB 22 once (in 1 of ~1,300 launches of a CI run, not again in 700 launches
+# under load, with and without the plugin) reported a launch's first stop as
+# "stop reason = trace" inside the dynamic loader, before any breakpoint of
+# the test: a launch that never reached the program, retried. Only that: a
+# stop anywhere else, or any other reason, is the test's to judge.
+_LOADER_TRACE_STOP = re.compile(
+    r"^Process \d+ launched: .*\nProcess \d+ stopped\n\* thread #1, [^\n]*stop reason = trace\n"
+    r"\s+frame #0: 0x[0-9a-f]+ ld-linux[^`\s]*`", re.M)
+LAUNCH_TRIES = 3
+
+
 def run_lldb_status(version: str, commands: list[str], *, plugin: bool = True, timeout: int = 120,
                     env: dict[str, str] | None = None) -> tuple[str, int]:
     """``run_lldb`` and LLDB's exit status (a signal that killed it: 128 + its number)."""
+    for _ in range(LAUNCH_TRIES):
+        text, status = _run_lldb_once(version, commands, plugin=plugin, timeout=timeout, env=env)
+        if not _LOADER_TRACE_STOP.search(text):
+            break
+    return text, status
+
+
+def _run_lldb_once(version: str, commands: list[str], *, plugin: bool, timeout: int,
+                   env: dict[str, str] | None) -> tuple[str, int]:
     args = [str(lldb_path(version)), "--no-lldbinit", "--no-use-colors", "-b",
             "-O", "settings set show-statusline false"]
     if plugin:
