@@ -24,8 +24,8 @@ from sframe_core.elf import read_elf
 from sframe_core.rows import SAME, Rule, RuleKind
 
 # Coverage floors: gcc -O2 x86-64 code is the target (>= 95%).
-FLOORS = {"busid-v3": 0.95, "bu2.40-v1": 0.95, "bu2.44-v2": 0.95, "busid-v3-Os": 0.95,
-          "busid-v3-fp": 0.70}
+FLOORS = {"busid-v3": 0.995, "bu2.40-v1": 0.995, "bu2.44-v2": 0.995, "busid-v3-Os": 0.995,
+          "busid-v3-fp": 0.80}
 
 
 def _twin_exe(entry: dict[str, object]) -> bool:
