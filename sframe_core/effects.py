@@ -542,24 +542,55 @@ def _falls_to_return(effects: list[Effect], k: int, leaders: set[int]) -> bool:
     return False
 
 
-def _single_lea(effects: list[Effect], base: str, leaders: set[int]) -> int | None:
-    """The table address in ``base`` when ``base`` is a callee-saved register
-    (kept across calls) that exactly one instruction of the function writes,
-    ``lea base, [rip + T]``: a table base hoisted out of a loop. Writes are
-    the effects' (capstone's register-write lists); an epilogue's ``pop base``
-    followed only by pops and a return does not count."""
+def _x86_hoisted(effects: list[Effect], base: str, use: int,
+                 tables: dict[int, list[int]]) -> int | None:
+    """The table address ``base`` holds at ``effects[use]`` when ``lea base,
+    [rip + T]`` set it before, out of the straight-line code (hoisted out of a
+    loop, kept across calls in a callee-saved register): every path to
+    ``use`` from the entry (the caller's value), from any other write of
+    ``base`` (capstone's register-write lists: an epilogue's ``pop``, a
+    ``lea`` of another table, arithmetic) or from an indirect jump whose
+    targets ``tables`` does not give passes through a ``lea`` of that T."""
     number = _X86_NAMES.get(base)
     if number not in CALLEE_SAVED["amd64"]:
         return None
-    found: int | None = None
+    values: dict[int, int] = {}  # index of a lea -> its address
+    bad = [0]
+    prefix = f"lea {base}, [rip + 0x"
     for k, eff in enumerate(effects):
         if number in eff.clobbers or any(ld.reg == number for ld in eff.loads):
-            if eff.text == f"pop {base}" and _falls_to_return(effects, k + 1, leaders):
-                continue  # an epilogue's restore: nothing after it reaches the jump
-            if found is not None or not (eff.text.startswith(f"lea {base}, [rip + 0x")
-                                         and eff.text.endswith("]")):
-                return None
-            found = eff.address + eff.size + int(eff.text[len(f"lea {base}, [rip + "):-1], 16)
+            if eff.text.startswith(prefix) and eff.text.endswith("]"):
+                values[k] = eff.address + eff.size + int(eff.text[len(prefix) - 2:-1], 16)
+            else:
+                bad.append(k)
+    for value in sorted(set(values.values())):
+        kills = {k for k, v in values.items() if v == value}
+        if not _reaches(effects, bad + [k for k in values if k not in kills], kills, use, tables):
+            return value
+    return None
+
+
+def amd64_jump_tables(effects: list[Effect], sites: list[int], leaders: set[int],
+                      read: Callable[[int, int], bytes | None],
+                      pointers: Callable[[int, int], list[int] | None] | None,
+                      ) -> dict[int, list[int]]:
+    """Site -> targets for every indirect jump in ``sites`` that is a jump
+    table (:func:`amd64_jump_table`) or a computed goto
+    (:func:`amd64_computed_goto`). Twice: the second time the first round's
+    tables are known ways through their jumps when a table base set out of
+    the block is traced back (:func:`_x86_hoisted`)."""
+    found: dict[int, list[int]] = {}
+    for _ in range(2):
+        known = found
+        found = {}
+        for i in sites:
+            targets = amd64_jump_table(effects, i, leaders, read, known)
+            if targets is None and pointers is not None:
+                targets = amd64_computed_goto(effects, i, leaders, pointers, known)
+            if targets is not None:
+                found[i] = targets
+        if found == known:
+            break
     return found
 
 
@@ -578,7 +609,8 @@ def _mentions(text: str, regs: tuple[str, ...]) -> bool:
 
 
 def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
-                     read: Callable[[int, int], bytes | None]) -> list[int] | None:
+                     read: Callable[[int, int], bytes | None],
+                     tables: dict[int, list[int]] | None = None) -> list[int] | None:
     """Targets of the jump table that the indirect jump ``effects[i]`` dispatches
     through, for gcc's position-independent form; None when it is not that form
     (the caller then assumes any target).
@@ -588,9 +620,10 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
 
     with other instructions in between that neither name rA, rB, rI nor are
     branch targets. The index may be compared at any width and zero-extended
-    after; the lea may be anywhere when it is the only instruction in the
-    function that writes rB, a callee-saved register. The N + 1 entries are
-    read from the file.
+    after; the lea may be anywhere when rB is a callee-saved register that
+    holds T on every path to the jump (:func:`_x86_hoisted`, through the
+    indirect jumps whose ``tables`` are known). The N + 1 entries are read
+    from the file.
     """
     jump = effects[i].text.split()
     if len(jump) < 2 or jump[-2] != "jmp" or jump[-1] not in _X86_ALIASES:
@@ -617,12 +650,17 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
                 return None
             idx = rest[:-3]
             want = "lea"
-            hoisted = _single_lea(effects, b, leaders)
+            hoisted = _x86_hoisted(effects, b, j, tables or {})
             if hoisted is not None:
                 table, want = hoisted, "ja"
-        elif want == "lea" and text.startswith(f"lea {b}, [rip + 0x") and text.endswith("]"):
-            table = eff.address + eff.size + int(text[len(f"lea {b}, [rip + "):-1], 16)
-            want = "ja"
+        elif want in ("lea", "ja", "cmp") and text.startswith(f"lea {b}, [rip + 0x") \
+                and text.endswith("]"):
+            address = eff.address + eff.size + int(text[len(f"lea {b}, [rip + "):-1], 16)
+            if want != "lea" and address != table:
+                return None
+            table = address  # (a hoisted T set again here, the same: nothing changes)
+            if want == "lea":
+                want = "ja"
         elif want == "ja" and text.startswith("ja "):
             want = "cmp"
         elif want == "cmp" and text.startswith("cmp "):
@@ -656,6 +694,70 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
                 return None
         j -= 1
     return None
+
+
+def amd64_computed_goto(effects: list[Effect], i: int, leaders: set[int],
+                        pointers: Callable[[int, int], list[int] | None],
+                        tables: dict[int, list[int]] | None = None) -> list[int] | None:
+    """Targets of a computed goto (gcc's labels-as-values dispatch,
+    ``goto *table[op & MASK]``), or None when ``effects[i]`` is not exactly:
+
+        and eI, MASK | movzx eI, <byte> ; mov rA, qword ptr [rB + rI*8] ; jmp rA
+
+    in straight-line code, with other instructions in between that do not
+    name rI (after the mask) or rA (after the load), and rB a callee-saved
+    register that holds T from ``lea rB, [rip + T]`` (:func:`_x86_hoisted`). MASK + 1
+    (or 256) entries are read through ``pointers``, which gives what the
+    table will hold once loaded: a PIE's entries come from its relative
+    relocations. The entries past the table's end are whatever follows it:
+    more targets than the real ones, never fewer (an unknown entry makes the
+    whole table unknown)."""
+    jump = effects[i].text.split()
+    if len(jump) != 2 or jump[0] != "jmp" or jump[1] not in _X86_ALIASES:
+        return None
+    a = jump[1]
+    idx = ""
+    table: int | None = None
+    for j in range(i - 1, max(-1, i - 33), -1):
+        eff = effects[j]
+        if effects[j + 1].address in leaders or eff.flow not in (Flow.FALL, Flow.COND):
+            return None
+        text = eff.text
+        if not idx:
+            prefix = f"mov {a}, qword ptr ["
+            if text.startswith(prefix) and text.endswith("*8]"):
+                base, _, index = text[len(prefix):-3].partition(" + ")
+                if base not in _X86_ALIASES or index not in _X86_ALIASES:
+                    return None
+                table = _x86_hoisted(effects, base, j, tables or {})
+                if table is None:
+                    return None
+                idx = index
+            elif _mentions(text, _X86_ALIASES[a]):
+                return None
+            continue
+        names = _X86_ALIASES[idx]
+        mnem, _, ops = text.partition(" ")
+        dst, _, src = ops.partition(", ")
+        count = None
+        if mnem == "and" and dst in names[:2]:
+            mask = _imm(src)
+            if mask is None or mask < 0 or mask & (mask + 1):
+                return None
+            count = mask + 1
+        elif mnem == "movzx" and dst in names[:2] and (
+                src.startswith("byte ptr ") or src in _X86_BYTE_REGS):
+            count = 256
+        elif _mentions(text, names):
+            return None
+        if count is not None:
+            if table is None or count > _TABLE_MAX:
+                return None
+            return pointers(table, count)
+    return None
+
+
+_X86_BYTE_REGS = frozenset(names[3] for names in _X86_ALIASES.values()) | {"ah", "bh", "ch", "dh"}
 
 
 def _imm(text: str) -> int | None:
@@ -810,7 +912,7 @@ def _a64_hoisted(effects: list[Effect], reg: int, use: int,
         bad += [k for k, eff in enumerate(effects) if eff.flow is Flow.CALL]
     for value in sorted(set(pairs.values())):
         kills = {k for k, v in pairs.items() if v == value}
-        if not _a64_reaches(effects, bad + [k for k in pairs if k not in kills], kills, use):
+        if not _reaches(effects, bad + [k for k in pairs if k not in kills], kills, use):
             return value
     return None
 
@@ -836,11 +938,14 @@ def _a64_pair(effects: list[Effect], k: int, reg: int,
     return None
 
 
-def _a64_reaches(effects: list[Effect], sources: list[int], kills: set[int], use: int) -> bool:
+def _reaches(effects: list[Effect], sources: list[int], kills: set[int], use: int,
+             tables: dict[int, list[int]] | None = None) -> bool:
     """Can control go from after any of ``sources`` (index 0: from the entry
     itself) to ``effects[use]`` without running one of ``kills``? An indirect
-    jump on the way counts as reaching it."""
+    jump on the way counts as reaching it, unless ``tables`` gives its targets
+    (indices)."""
     at = {eff.address: k for k, eff in enumerate(effects)}
+    lo, hi = effects[0].address, effects[-1].address + effects[-1].size
     todo: list[int] = []
     for k in sources:
         todo.extend([0] if k == 0 else _a64_successors(effects, k, at))
@@ -850,8 +955,15 @@ def _a64_reaches(effects: list[Effect], sources: list[int], kills: set[int], use
         if k in seen:
             continue
         seen.add(k)
-        if k == use or effects[k].flow is Flow.INDIRECT:
+        if k == use:
             return True
+        if effects[k].flow is Flow.INDIRECT:
+            targets = (tables or {}).get(k)
+            if targets is None or any(lo <= t < hi and t not in at for t in targets):
+                return True
+            if k not in kills:
+                todo.extend(at[t] for t in targets if t in at)
+            continue
         if k not in kills:
             todo.extend(_a64_successors(effects, k, at))
     return False

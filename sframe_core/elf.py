@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from .errors import FileError, FormatError, reading_elf
 from .files import MAX_SECTION_SIZE, open_elf
 from .format import HEADER_SIZE, parse_header
-from .section import CodeReader, SFrameSection
+from .section import CodeReader, PointerReader, SFrameSection
 
 __all__ = ["PT_GNU_SFRAME", "SHT_GNU_SFRAME", "ElfSFrame", "LoadSegment", "read_elf", "open_sframe"]
 
@@ -29,6 +29,11 @@ _PCREL_RELOCS: dict[str, dict[int, int]] = {
     "EM_AARCH64": {261: 4, 260: 8},  # R_AARCH64_PREL32, R_AARCH64_PREL64
     "EM_S390": {5: 4, 23: 8},  # R_390_PC32, R_390_PC64
 }
+# R_*_RELATIVE (load bias + addend) by e_machine: what a PIE's tables of code
+# addresses hold once loaded.
+_RELATIVE: dict[str, int] = {"EM_X86_64": 8, "EM_AARCH64": 1027, "EM_S390": 12}
+_RELA = struct.Struct("<QQq")
+_RELA_BE = struct.Struct(">QQq")
 
 
 class LoadSegment(NamedTuple):
@@ -61,6 +66,9 @@ class ElfSFrame:
     relocated: bool  # .o relocations were applied: start fields are PC-relative
     segments: tuple[LoadSegment, ...] = ()
     entry: int = 0  # e_entry: where _start is, in executables
+    # (file offset, size) of the allocated SHT_RELA sections (.rela.dyn):
+    # read only when a table of code addresses is asked for.
+    dynamic_relocs: tuple[tuple[int, int], ...] = ()
 
     def bias_for_mapping(self, start: int, file_offset: int) -> int | None:
         """Load bias given that address ``start`` holds file byte ``file_offset``."""
@@ -89,7 +97,73 @@ class ElfSFrame:
         except FormatError as exc:
             raise FormatError(f"{self.path}: .sframe: {exc}") from None
         section.absolute_tables = self.elf_type == "ET_EXEC" and base == self.sframe_address
+        section.pointers = self.pointer_reader(base - self.sframe_address)
         return section
+
+    def pointer_reader(self, bias: int) -> PointerReader | None:
+        """Reads ``count`` 64-bit words at a runtime address as they will be
+        once the file is loaded at ``bias``: an executable's as the file holds
+        them; a PIE's from its relative relocations where it has one (the file
+        holds no final address there), else as the file holds them. None when
+        that cannot be known: another relocation on a word, packed (RELR)
+        relocations, no section headers."""
+        read = self.code_reader(bias)
+        if read is None:
+            return None
+        if self.elf_type == "ET_EXEC":
+            if bias:
+                return None
+            unpack = ">Q" if self.big_endian else "<Q"
+
+            def raw(address: int, count: int) -> list[int] | None:
+                data = read(address, 8 * count)
+                if data is None:
+                    return None
+                return [v for (v,) in struct.iter_unpack(unpack, data)]
+
+            return raw
+        relative = _RELATIVE.get(self.machine)
+        if self.elf_type != "ET_DYN" or relative is None or not self.dynamic_relocs:
+            return None
+        # offset -> addend of a relative relocation, or None: another type.
+        table: dict[int, int | None] = {}
+        loaded: list[bool] = []
+        unreadable: list[bool] = []
+        path, relocs, rela = self.path, self.dynamic_relocs, _RELA_BE if self.big_endian else _RELA
+        unpack = ">Q" if self.big_endian else "<Q"
+
+        def relocated(address: int, count: int) -> list[int] | None:
+            if not loaded:
+                loaded.append(True)
+                try:
+                    with open(path, "rb") as stream:
+                        for offset, size in relocs:
+                            stream.seek(offset)
+                            chunk = stream.read(size)
+                            chunk = chunk[:len(chunk) - len(chunk) % rela.size]
+                            for r_offset, r_info, addend in rela.iter_unpack(chunk):
+                                table[r_offset] = (addend if r_info & 0xFFFFFFFF == relative
+                                                   else None)
+                except OSError:
+                    unreadable.append(True)
+            if unreadable:
+                return None
+            data = read(address, 8 * count)
+            if data is None:
+                return None
+            out = []
+            for k, (word,) in enumerate(struct.iter_unpack(unpack, data)):
+                at = address - bias + 8 * k
+                if at not in table:
+                    out.append(word)  # loaded as the file holds it
+                    continue
+                addend = table[at]
+                if addend is None:
+                    return None  # a symbol's address: not known here
+                out.append(addend + bias)
+            return out
+
+        return relocated
 
 
     def code_reader(self, bias: int) -> CodeReader | None:
@@ -206,13 +280,19 @@ def _read(elf: Any, name: str) -> ElfSFrame:
                         pass  # reported, with its offset, when the section is opened
             elif ptype in (PT_GNU_EH_FRAME, "PT_GNU_EH_FRAME") and segment["p_memsz"] > 0:
                 has_eh = True
+    relocs = tuple((sec["sh_offset"], sec["sh_size"]) for sec in elf.iter_sections()
+                   if sec["sh_type"] == "SHT_RELA" and sec["sh_flags"] & 2
+                   and sec["sh_entsize"] == _RELA.size)
+    if any(sec["sh_type"] in ("SHT_RELR", 19) or sec["sh_type"] == "SHT_REL" and sec["sh_flags"] & 2
+           for sec in elf.iter_sections()):
+        relocs = ()  # addends kept in place: what a word becomes is not read here
     segments = tuple(
         LoadSegment(seg["p_offset"], seg["p_vaddr"], seg["p_filesz"], seg["p_memsz"],
                     bool(seg["p_flags"] & 1))
         for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD")
     machine = elf["e_machine"]
     return ElfSFrame(name, machine, not elf.little_endian, elf["e_type"], has_eh, has_debug,
-                     address, data, from_segment, relocated, segments, elf["e_entry"])
+                     address, data, from_segment, relocated, segments, elf["e_entry"], relocs)
 
 
 def open_sframe(path: str | os.PathLike[str], address: int | None = None) -> SFrameSection:

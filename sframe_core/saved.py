@@ -40,7 +40,14 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from .abi import Arch
-from .effects import Base, Effect, Flow, aarch64_jump_tables, amd64_jump_table, decoder_for
+from .effects import (
+    Base,
+    Effect,
+    Flow,
+    aarch64_jump_tables,
+    amd64_jump_tables,
+    decoder_for,
+)
 from .effects_s390x import s390x_jump_table
 from .rows import SAME, CFARule, Rule, RuleKind
 
@@ -246,13 +253,16 @@ _RED_ZONE = {"amd64": 128}
 
 def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule | None],
             read: Callable[[int, int], bytes | None] | None = None,
-            absolute_tables: bool = False) -> Analysis:
+            absolute_tables: bool = False,
+            pointers: Callable[[int, int], list[int] | None] | None = None) -> Analysis:
     """Rules for the callee-saved registers over ``[start, start + len(code))``.
 
     ``cfa_at(pc)`` gives SFrame's CFA rule at a PC of the function (None
     where it has none); ``read(address, size)`` the file's bytes (jump
     tables). ``absolute_tables``: tables of absolute addresses in the file are
-    final (a non-PIE executable: no load bias, no dynamic relocations). The
+    final (a non-PIE executable: no load bias, no dynamic relocations);
+    ``pointers(address, count)`` the code addresses a table will hold once
+    loaded (amd64 computed gotos, PIEs included). The
     result's spans cover the decoded instructions; PCs outside them have no rules.
     """
     decoder = decoder_for(arch)
@@ -293,8 +303,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
                 sources.setdefault(eff.target, []).append(i)
         sites = [i for i, eff in enumerate(effects) if eff.flow is Flow.INDIRECT]
         if arch.name == "amd64":
-            found = {i: t for i in sites
-                     if (t := amd64_jump_table(effects, i, leaders, read)) is not None}
+            found = amd64_jump_tables(effects, sites, leaders, read, pointers)
         elif arch.name == "s390x":
             found = {i: t for i in sites if (t := s390x_jump_table(effects, i, read)) is not None}
         else:

@@ -33,12 +33,14 @@ from .rows import CFARule, FRERules, Row, Rule, fre_rules
 if TYPE_CHECKING:
     from .saved import Analysis
 
-__all__ = ["SFrameSection", "Lookup", "CodeReader", "SAVED_REGISTERS"]
+__all__ = ["SFrameSection", "Lookup", "CodeReader", "PointerReader", "SAVED_REGISTERS"]
 
 # Reads ``size`` bytes at an address of the section's address space from the
 # file (never from target memory): code, and jump tables; None where the file
 # has none.
 CodeReader = Callable[[int, int], "bytes | None"]
+# ``count`` code addresses stored from a runtime address on, as loaded (elf.py).
+PointerReader = Callable[[int, int], "list[int] | None"]
 # The switch for the callee-saved register analysis (saved.py): rows carry
 # rules for rbx/r12-r15, x19-x28/d8-d15 where the function's code proves them.
 # Sections opened with ``saved_registers=None`` follow it.
@@ -108,6 +110,8 @@ class SFrameSection:
         self._saved: OrderedDict[int, Analysis] = OrderedDict()
         # Absolute addresses read from the file are the runtime ones (ET_EXEC).
         self.absolute_tables = False
+        # Tables of code addresses (computed gotos), as they are once loaded.
+        self.pointers: PointerReader | None = None
 
     # -- FDEs ------------------------------------------------------------
 
@@ -368,7 +372,8 @@ class SFrameSection:
                 k = bisect_right(starts, pc) - 1
                 return cfas[k][1] if k >= 0 else None
 
-            result = analyse(self.arch, code, fde.start, cfa_at, self.code, self.absolute_tables)
+            result = analyse(self.arch, code, fde.start, cfa_at, self.code, self.absolute_tables,
+                             self.pointers)
         self._saved[fde.index] = result
         if len(self._saved) > SAVED_CACHE_SIZE:
             self._saved.popitem(last=False)
