@@ -54,8 +54,9 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "write_sym
 # 2, 3: function symbols when stripped (elfsyms); 4: key of what is copied in;
 # 5: callee-saved register rules (saved.py); 6: no DW_CFA_restore (LLDB
 # restores to the FDE's first row, not the CIE); 7: no DW_CFA_val_offset
-# (LLDB misreads it: s390x's caller SP).
-GENERATOR = 7
+# (LLDB misreads it: s390x's caller SP); 8: amd64 computed gotos and
+# traced-back table bases (more register rules).
+GENERATOR = 8
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3
