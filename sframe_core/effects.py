@@ -528,20 +528,6 @@ _X86_ALIASES: dict[str, tuple[str, ...]] = {
 _TABLE_MAX = 4096
 
 
-def _falls_to_return(effects: list[Effect], k: int, leaders: set[int]) -> bool:
-    """From ``effects[k]`` on, only pops (none a branch target) up to a return."""
-    while k < len(effects):
-        eff = effects[k]
-        if eff.address in leaders:
-            return False
-        if eff.flow is Flow.RETURN:
-            return True
-        if not eff.text.startswith("pop ") or eff.flow is not Flow.FALL:
-            return False
-        k += 1
-    return False
-
-
 def _x86_hoisted(effects: list[Effect], base: str, use: int,
                  tables: dict[int, list[int]]) -> int | None:
     """The table address ``base`` holds at ``effects[use]`` when ``lea base,
