@@ -6,6 +6,7 @@ point, so callers only ever handle ``SFrameError``.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ _PCREL_RELOCS: dict[str, dict[int, int]] = {
 _RELATIVE: dict[str, int] = {"EM_X86_64": 8, "EM_AARCH64": 1027, "EM_S390": 12}
 _RELA = struct.Struct("<QQq")
 _RELA_BE = struct.Struct(">QQq")
+_SHF_ALLOC = 2
+_SHT_RELR = 19  # older pyelftools give the number
 
 
 class LoadSegment(NamedTuple):
@@ -110,52 +113,47 @@ class ElfSFrame:
         read = self.code_reader(bias)
         if read is None:
             return None
+        word = ">Q" if self.big_endian else "<Q"
         if self.elf_type == "ET_EXEC":
             if bias:
                 return None
-            unpack = ">Q" if self.big_endian else "<Q"
 
             def raw(address: int, count: int) -> list[int] | None:
                 data = read(address, 8 * count)
-                if data is None:
-                    return None
-                return [v for (v,) in struct.iter_unpack(unpack, data)]
+                return None if data is None else [v for (v,) in struct.iter_unpack(word, data)]
 
             return raw
         relative = _RELATIVE.get(self.machine)
         if self.elf_type != "ET_DYN" or relative is None or not self.dynamic_relocs:
             return None
-        # offset -> addend of a relative relocation, or None: another type.
-        table: dict[int, int | None] = {}
-        loaded: list[bool] = []
-        unreadable: list[bool] = []
         path, relocs, rela = self.path, self.dynamic_relocs, _RELA_BE if self.big_endian else _RELA
-        unpack = ">Q" if self.big_endian else "<Q"
+
+        @functools.cache
+        def relocations() -> dict[int, int | None] | None:
+            """Offset -> addend of a relative relocation, or None: another type."""
+            table: dict[int, int | None] = {}
+            try:
+                with open(path, "rb") as stream:
+                    for offset, size in relocs:
+                        stream.seek(offset)
+                        chunk = stream.read(size)
+                        for r_offset, r_info, addend in rela.iter_unpack(
+                                chunk[:len(chunk) - len(chunk) % rela.size]):
+                            table[r_offset] = addend if r_info & 0xFFFFFFFF == relative else None
+            except OSError:
+                return None
+            return table
 
         def relocated(address: int, count: int) -> list[int] | None:
-            if not loaded:
-                loaded.append(True)
-                try:
-                    with open(path, "rb") as stream:
-                        for offset, size in relocs:
-                            stream.seek(offset)
-                            chunk = stream.read(size)
-                            chunk = chunk[:len(chunk) - len(chunk) % rela.size]
-                            for r_offset, r_info, addend in rela.iter_unpack(chunk):
-                                table[r_offset] = (addend if r_info & 0xFFFFFFFF == relative
-                                                   else None)
-                except OSError:
-                    unreadable.append(True)
-            if unreadable:
-                return None
+            table = relocations()
             data = read(address, 8 * count)
-            if data is None:
+            if table is None or data is None:
                 return None
             out = []
-            for k, (word,) in enumerate(struct.iter_unpack(unpack, data)):
+            for k, (value,) in enumerate(struct.iter_unpack(word, data)):
                 at = address - bias + 8 * k
                 if at not in table:
-                    out.append(word)  # loaded as the file holds it
+                    out.append(value)  # loaded as the file holds it
                     continue
                 addend = table[at]
                 if addend is None:
@@ -249,12 +247,21 @@ def _read(elf: Any, name: str) -> ElfSFrame:
     data: bytes | None = None
     from_segment = relocated = False
     sframe = None
+    relocs: list[tuple[int, int]] = []
+    in_place = False  # REL or RELR dynamic relocations: addends kept in the words
     for section in elf.iter_sections():
+        kind = section["sh_type"]
+        if kind == "SHT_RELA" and section["sh_flags"] & _SHF_ALLOC \
+                and section["sh_entsize"] == _RELA.size:
+            relocs.append((section["sh_offset"], section["sh_size"]))
+        elif kind in ("SHT_RELR", _SHT_RELR) or (kind == "SHT_REL"
+                                                 and section["sh_flags"] & _SHF_ALLOC):
+            in_place = True
         if section.name == ".eh_frame" and section["sh_size"] > 0:
             has_eh = True
         elif section.name == ".debug_frame" and section["sh_size"] > 0:
             has_debug = True
-        elif section.name == ".sframe" and section["sh_type"] != "SHT_NOBITS":
+        elif section.name == ".sframe" and kind != "SHT_NOBITS":
             sframe = section
     if sframe is not None:
         _check_sframe_size(name, sframe["sh_size"])
@@ -280,19 +287,14 @@ def _read(elf: Any, name: str) -> ElfSFrame:
                         pass  # reported, with its offset, when the section is opened
             elif ptype in (PT_GNU_EH_FRAME, "PT_GNU_EH_FRAME") and segment["p_memsz"] > 0:
                 has_eh = True
-    relocs = tuple((sec["sh_offset"], sec["sh_size"]) for sec in elf.iter_sections()
-                   if sec["sh_type"] == "SHT_RELA" and sec["sh_flags"] & 2
-                   and sec["sh_entsize"] == _RELA.size)
-    if any(sec["sh_type"] in ("SHT_RELR", 19) or sec["sh_type"] == "SHT_REL" and sec["sh_flags"] & 2
-           for sec in elf.iter_sections()):
-        relocs = ()  # addends kept in place: what a word becomes is not read here
     segments = tuple(
         LoadSegment(seg["p_offset"], seg["p_vaddr"], seg["p_filesz"], seg["p_memsz"],
                     bool(seg["p_flags"] & 1))
         for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD")
     machine = elf["e_machine"]
     return ElfSFrame(name, machine, not elf.little_endian, elf["e_type"], has_eh, has_debug,
-                     address, data, from_segment, relocated, segments, elf["e_entry"], relocs)
+                     address, data, from_segment, relocated, segments, elf["e_entry"],
+                     () if in_place else tuple(relocs))
 
 
 def open_sframe(path: str | os.PathLike[str], address: int | None = None) -> SFrameSection:
