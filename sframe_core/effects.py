@@ -525,7 +525,16 @@ _X86_ALIASES: dict[str, tuple[str, ...]] = {
     **{f"r{x}": (f"r{x}", f"e{x}", x, f"{x}l") for x in ("si", "di", "bp", "sp")},
     **{f"r{n}": (f"r{n}", f"r{n}d", f"r{n}w", f"r{n}b") for n in range(8, 16)},
 }
+_X86_BYTE_REGS = frozenset(names[3] for names in _X86_ALIASES.values()) | {"ah", "bh", "ch", "dh"}
 _TABLE_MAX = 4096
+
+
+def _rip_lea(eff: Effect, reg: str) -> int | None:
+    """The address ``lea reg, [rip + 0x...]`` at ``eff`` loads, else None."""
+    prefix = f"lea {reg}, [rip + 0x"
+    if not (eff.text.startswith(prefix) and eff.text.endswith("]")):
+        return None
+    return eff.address + eff.size + int(eff.text[len(prefix):-1], 16)
 
 
 def _x86_hoisted(effects: list[Effect], base: str, use: int,
@@ -542,11 +551,11 @@ def _x86_hoisted(effects: list[Effect], base: str, use: int,
         return None
     values: dict[int, int] = {}  # index of a lea -> its address
     bad = [0]
-    prefix = f"lea {base}, [rip + 0x"
     for k, eff in enumerate(effects):
         if number in eff.clobbers or any(ld.reg == number for ld in eff.loads):
-            if eff.text.startswith(prefix) and eff.text.endswith("]"):
-                values[k] = eff.address + eff.size + int(eff.text[len(prefix) - 2:-1], 16)
+            address = _rip_lea(eff, base)
+            if address is not None:
+                values[k] = address
             else:
                 bad.append(k)
     for value in sorted(set(values.values())):
@@ -639,9 +648,7 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
             hoisted = _x86_hoisted(effects, b, j, tables or {})
             if hoisted is not None:
                 table, want = hoisted, "ja"
-        elif want in ("lea", "ja", "cmp") and text.startswith(f"lea {b}, [rip + 0x") \
-                and text.endswith("]"):
-            address = eff.address + eff.size + int(text[len(f"lea {b}, [rip + "):-1], 16)
+        elif want in ("lea", "ja", "cmp") and (address := _rip_lea(eff, b)) is not None:
             if want != "lea" and address != table:
                 return None
             table = address  # (a hoisted T set again here, the same: nothing changes)
@@ -741,9 +748,6 @@ def amd64_computed_goto(effects: list[Effect], i: int, leaders: set[int],
                 return None
             return pointers(table, count)
     return None
-
-
-_X86_BYTE_REGS = frozenset(names[3] for names in _X86_ALIASES.values()) | {"ah", "bh", "ch", "dh"}
 
 
 def _imm(text: str) -> int | None:
