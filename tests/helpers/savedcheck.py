@@ -315,23 +315,21 @@ def _padding(section: SFrameSection, fde: FDE) -> list[tuple[int, int]]:
     """Runs of nops that follow a jump, return or trap and that no direct branch enters."""
     decoder = decoder_for(section.arch)
     assert decoder is not None and section.code is not None
-    effects = list(decoder.effects(section.code(fde.start, fde.end - fde.start), fde.start))
-    if any(eff is None for eff in effects):
+    decoded = list(decoder.effects(section.code(fde.start, fde.end - fde.start), fde.start))
+    effects = [eff for eff in decoded if eff is not None]
+    if len(effects) != len(decoded):
         return []
-    targets = {eff.target for eff in effects if eff is not None and eff.target is not None}
+    targets = {eff.target for eff in effects if eff.target is not None}
     runs: list[tuple[int, int]] = []
     ends = (Flow.JUMP, Flow.RETURN, Flow.STOP, Flow.INDIRECT)
     previous = None
     for eff in effects:
-        assert eff is not None
         nop = eff.text.split(" ", 1)[0] in ("nop", "nopr") and eff.flow is Flow.FALL
-        if eff.address in targets or not nop:
-            previous = eff
-            continue
-        if runs and runs[-1][1] == eff.address:
-            runs[-1] = (runs[-1][0], eff.address + eff.size)
-        elif previous is not None and previous.flow in ends:
-            runs.append((eff.address, eff.address + eff.size))
+        if nop and eff.address not in targets:
+            if runs and runs[-1][1] == eff.address:
+                runs[-1] = (runs[-1][0], eff.address + eff.size)
+            elif previous is not None and previous.flow in ends:
+                runs.append((eff.address, eff.address + eff.size))
         previous = eff
     return runs
 
