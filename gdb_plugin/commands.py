@@ -7,6 +7,7 @@ defined again, so sourcing the loader twice is harmless).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,6 +17,7 @@ from sframe_core.describe import lookup_text
 from sframe_core.errors import SFrameError
 from sframe_core.version import __version__
 
+from .symfiles import FALLBACK, NATIVE, PENDING, SETTINGS
 from .unwinder import MODES, SFrameUnwinder
 
 __all__ = ["register"]
@@ -83,14 +85,20 @@ Usage: sframe lookup ADDRESS
        info sframe [ADDRESS]
        set sframe mode auto|always|off
        show sframe mode
+       set sframe symbol-files auto|foreground|off
+       show sframe symbol-files
 
-The unwinder is a global Python unwinder named `sframe':
-`info unwinder' lists it and `disable unwinder global sframe' turns it off.
-In mode `auto' it unwinds frames whose PC lies in an objfile with a .sframe
-section and no .eh_frame/.debug_frame FDE covering that PC; `always' uses
-SFrame wherever it covers the PC; `off' never does.
-Registers SFrame does not describe (everything but the PC, the stack pointer
-and the frame pointer) show as <not saved> in caller frames."""
+Each objfile with a .sframe section and no .eh_frame/.debug_frame gets a
+symbol file whose .debug_frame says what its .sframe says (plus where the
+machine code keeps the callee-saved registers), attached as its separate
+debug file: gdb's own DWARF unwinder then unwinds it, as with .eh_frame
+(see `help set sframe symbol-files').
+Until an objfile's symbol file is ready, and where none can be made, a
+global Python unwinder named `sframe' serves it: `info unwinder' lists it
+and `disable unwinder global sframe' turns it off.  In mode `auto' it
+unwinds frames whose PC lies in such an objfile and no .eh_frame or
+.debug_frame FDE covering that PC; `always' uses SFrame wherever it covers
+the PC; `off' never does.  `info sframe' says which serves each objfile."""
 
     def __init__(self, plugin: SFrameUnwinder) -> None:
         super().__init__("sframe", gdb.COMMAND_STACK, gdb.COMPLETE_NONE, True)
@@ -135,14 +143,28 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
             for line in _lookup_lines(self.plugin, _parse_address(arg)):
                 gdb.write(line + "\n")
             return
-        self.plugin.refresh()
-        entries = self.plugin.tables_entries(gdb.current_progspace())
-        gdb.write(f"sframe unwinder (sframe-gdb {__version__}): mode {self.plugin.mode}, "
-                  f"{'enabled' if self.plugin.enabled else 'disabled'}\n")
-        if not entries:
+        plugin = self.plugin
+        routes = plugin.routes
+        progspace = gdb.current_progspace()
+        plugin.refresh()
+        entries = plugin.tables_entries(progspace)
+        setting = routes.setting if routes is not None else "off"
+        gdb.write(f"sframe unwinder (sframe-gdb {__version__}): mode {plugin.mode}, "
+                  f"{'enabled' if plugin.enabled else 'disabled'}; symbol files {setting}\n")
+        shown = set()
+        for objfile, route in (routes.routes(progspace) if routes is not None else ()):
+            if route.kind == NATIVE:
+                shown.add(objfile.filename)
+                gdb.write(f"{objfile.filename}\n  unwound by gdb's DWARF unwinder from the symbol "
+                          f"file {route.detail}\n")
+        if not entries and not shown:
             gdb.write("No objfile has a .sframe section.\n")
             return
+        notes = {objfile.filename: route for objfile, route in
+                 (routes.routes(progspace) if routes is not None else ()) if route.kind != NATIVE}
         for entry in entries:
+            if entry.path in shown:
+                continue
             section = entry.sframe(self.plugin)
             if section is None:
                 gdb.write(f"{entry.path}: .sframe unusable\n")
@@ -164,12 +186,19 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
                       f"{section.num_fdes} FDEs, code 0x{lo:x}-0x{hi:x}, "
                       f".sframe at 0x{entry.sframe_address:x}\n"
                       f"  {'has ' + ' and '.join(cfi) if cfi else 'no .eh_frame'}; {used}\n")
+            note = notes.get(entry.path)
+            if note is not None and note.kind == PENDING:
+                gdb.write(f"  by the sframe unwinder until its symbol file is ready (being made "
+                          f"for {time.monotonic() - note.since:.1f} s)\n")
+            elif note is not None and note.kind == FALLBACK:
+                gdb.write(f"  by the sframe unwinder: no symbol file ({note.detail})\n")
 
 
 class SetSFrame(gdb.Command):
     """Settings of the SFrame unwinder.
 
-Usage: set sframe mode auto|always|off"""
+Usage: set sframe mode auto|always|off
+       set sframe symbol-files auto|foreground|off"""
 
     def __init__(self, plugin: SFrameUnwinder) -> None:
         super().__init__("set sframe", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
@@ -179,7 +208,8 @@ Usage: set sframe mode auto|always|off"""
 class ShowSFrame(gdb.Command):
     """Settings of the SFrame unwinder.
 
-Usage: show sframe mode"""
+Usage: show sframe mode
+       show sframe symbol-files"""
 
     def __init__(self, plugin: SFrameUnwinder) -> None:
         super().__init__("show sframe", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
@@ -212,6 +242,42 @@ off:    never (like `disable unwinder global sframe')."""
         return f"The SFrame unwinder mode is \"{svalue}\"."
 
 
+class SymbolFilesParameter(gdb.Parameter):
+    """Whether gdb's own DWARF unwinder gets the SFrame rules, as a symbol file.
+
+auto:       for every objfile with .sframe and no .eh_frame/.debug_frame, a
+            symbol file holding a .debug_frame made from the SFrame rows is
+            attached as its separate debug file (the default).  A cached one
+            at once; a missing one is made at once for a small objfile, and
+            for a large one in a worker process, the sframe unwinder serving
+            the objfile until it is attached at the next stop.
+foreground: the same, but always made before gdb goes on.
+off:        no symbol files: the sframe unwinder serves every such objfile.
+A symbol file already attached stays (gdb cannot detach one).  `info sframe'
+says which unwinder serves each objfile."""
+
+    set_doc = "Set whether gdb's DWARF unwinder gets the SFrame rules as symbol files."
+    show_doc = "Show whether gdb's DWARF unwinder gets the SFrame rules as symbol files."
+
+    def __init__(self, plugin: SFrameUnwinder) -> None:
+        super().__init__("sframe symbol-files", gdb.COMMAND_STACK, gdb.PARAM_ENUM, list(SETTINGS))
+        self.plugin = plugin
+        routes = plugin.routes
+        self.value = routes.setting if routes is not None else "off"
+
+    def get_set_string(self) -> str:
+        routes = self.plugin.routes
+        if routes is not None and self.value != routes.setting:
+            routes.setting = self.value
+            with _one_line_errors():
+                routes.reconsider()
+        return ""
+
+    def get_show_string(self, svalue: str) -> str:
+        return f"SFrame symbol files for gdb's DWARF unwinder: \"{svalue}\"."
+
+
 def register(plugin: SFrameUnwinder) -> None:
-    for command in (SFramePrefix, SFrameLookup, InfoSFrame, SetSFrame, ShowSFrame, ModeParameter):
+    for command in (SFramePrefix, SFrameLookup, InfoSFrame, SetSFrame, ShowSFrame, ModeParameter,
+                    SymbolFilesParameter):
         command(plugin)

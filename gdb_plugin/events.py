@@ -19,8 +19,15 @@ def connect(plugin: SFrameUnwinder) -> None:
     """Connect the handlers, replacing those of an earlier load."""
     events = gdb.events
 
+    routes = plugin.routes
+
     def on_new_objfile(event) -> None:
         objfile = event.new_objfile
+        if routes is not None:
+            try:
+                routes.consider(objfile)
+            except Exception as exc:  # noqa: BLE001 - never a traceback in gdb
+                warn(f"{objfile.filename}: symbol file: {type(exc).__name__}: {exc}")
         plugin.mark_dirty(objfile.progspace)
         # Refresh now: GDB may unwind (stop at a breakpoint, `finish') before
         # the next prompt, and the unwinder may not read the table itself.
@@ -31,6 +38,8 @@ def connect(plugin: SFrameUnwinder) -> None:
                 warn(f"cannot read the section table: {exc}")
 
     def on_free_objfile(event) -> None:
+        if routes is not None:
+            routes.forget(event.objfile)
         plugin.mark_dirty(event.objfile.progspace)
 
     def on_clear_objfiles(event) -> None:
@@ -45,6 +54,11 @@ def connect(plugin: SFrameUnwinder) -> None:
 
     def on_stop(event=None) -> None:
         plugin.end_walk()
+        if routes is not None:
+            try:
+                routes.on_stop()
+            except Exception as exc:  # noqa: BLE001
+                warn(f"symbol file: {type(exc).__name__}: {exc}")
         try:
             plugin.refresh()
         except Exception as exc:  # noqa: BLE001

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from .unwinder import Registers
 
-__all__ = ["ObjfileEntry", "ObjfileTable", "Reporter", "SECTIONS_COMMAND", "CORE_COMMAND",
+__all__ = ["cli_text", "ObjfileEntry", "ObjfileTable", "Reporter", "SECTIONS_COMMAND", "CORE_COMMAND",
            "parse_mappings", "parse_core_regions", "segment_candidates", "segment_entries"]
 
 # The command whose output ObjfileTable.parse reads.
@@ -45,6 +45,32 @@ _MAPPING = re.compile(r"^\s*(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+0x[0-9a-f]+\s+(0x[0-
                       r"(?:\s+[-r][-w][-x][-ps])?\s+(/.*)$", re.M)
 _SECTION = re.compile(r"^\s*\[\s*\d+\]\s+(0x[0-9a-fA-F]+)->(0x[0-9a-fA-F]+) at 0x[0-9a-fA-F]+: "
                       r"(\S+)(.*)$")
+
+
+# An MI console stream record: ~"C string".
+_MI_CONSOLE = re.compile(r'^~"(.*)"\s*$')
+_MI_ESCAPE = re.compile(r'\\([0-7]{1,3}|.)')
+_MI_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "e": "\x1b", "a": "\a", "f": "\f", "v": "\v"}
+
+
+def cli_text(text: str) -> str:
+    """The text a command printed, from what ``gdb.execute(..., to_string=True)`` returned.
+
+    Under MI (``gdb -i=mi``, every IDE) gdb 18 returns the command's output
+    as MI console records (``~"Exec file: ..."``), one C string per line; a
+    CLI session gets the text itself, returned as it is.
+    """
+    lines = text.splitlines()
+    if not lines or not any(line.startswith('~"') for line in lines):
+        return text
+
+    def unescape(m: re.Match[str]) -> str:
+        c = m.group(1)
+        if c[0] in "01234567":
+            return chr(int(c, 8))
+        return _MI_ESCAPES.get(c, c)
+    return "".join(_MI_ESCAPE.sub(unescape, m.group(1))
+                   for m in map(_MI_CONSOLE.match, lines) if m)
 
 
 class Reporter(Protocol):
@@ -67,6 +93,7 @@ class ObjfileEntry:
         self._start: tuple[int, int] | None = None
         self._start_known = False
         self.regs: Registers | None = None  # this objfile's register handles
+        self.native = False  # served by gdb's DWARF unwinder (the symbol-file route)
 
     def get_module(self, plugin: Reporter) -> Module | None:
         if self.module is None and not self.failed:

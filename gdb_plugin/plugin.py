@@ -6,6 +6,7 @@ import gdb
 import gdb.unwinder
 
 from . import commands, events
+from .symfiles import Routes
 from .unwinder import SFrameUnwinder
 
 __all__ = ["LOADED_LINE", "SFrameUnwinder", "register"]
@@ -19,12 +20,21 @@ def register() -> SFrameUnwinder:
     those of an earlier load (the mode is kept)."""
     previous = getattr(gdb, "_sframe_gdb_plugin", None)
     plugin = SFrameUnwinder()
+    routes = plugin.routes = Routes(plugin.route_changed)
     if previous is not None:
         plugin.mode = previous.mode
+        old_routes = getattr(previous, "routes", None)
+        if old_routes is not None:
+            routes.setting = old_routes.setting
+            old_routes.cancel()
     gdb.unwinder.register_unwinder(None, plugin, replace=True)
     gdb._sframe_gdb_plugin = plugin
     commands.register(plugin)
     events.connect(plugin)
+    try:
+        routes.consider_all()
+    except Exception as exc:  # noqa: BLE001 - never a traceback in gdb
+        gdb.write(f"warning: sframe: symbol files: {type(exc).__name__}: {exc}\n", gdb.STDERR)
     plugin.mark_dirty(None)
     try:
         plugin.refresh()

@@ -45,11 +45,13 @@ from .objfiles import (
     SECTIONS_COMMAND,
     ObjfileEntry,
     ObjfileTable,
+    cli_text,
     parse_core_regions,
     parse_mappings,
     segment_candidates,
     segment_entries,
 )
+from .symfiles import Routes
 
 _SAME = RuleKind.SAME_VALUE
 # Rules that read another register of the frame.
@@ -353,6 +355,11 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         # A frame ``_stop`` claimed with itself as its caller: that echo,
         # one level up, gets the same frame id.
         self._echo: tuple[int, int, int, int] | None = None  # (level, pc, SP, function start)
+        # The DWARF route (``symfiles.Routes``), set by ``plugin.register``:
+        # objfiles it serves are gdb's own, and a program space where it
+        # serves every objfile with SFrame needs nothing of this unwinder.
+        self.routes: Routes | None = None
+        self._idle: set[object] = set()  # progspaces where it need not look at frames
 
     # Tables ---------------------------------------------------------------
 
@@ -375,6 +382,13 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
     def forget(self, progspace: object) -> None:
         self._tables.pop(progspace, None)
         self._dirty.discard(progspace)
+        self._idle.discard(progspace)
+
+    def route_changed(self, progspace: object) -> None:
+        """The DWARF route took or gave up objfiles of ``progspace``."""
+        self.mark_dirty(progspace)
+        self._idle.discard(progspace)  # until refresh() says again
+        self._walk = None
 
     def refresh(self, force: bool = False) -> None:
         """Re-read the current program space's section table if it changed.
@@ -387,6 +401,15 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         if not force and progspace in self._tables and progspace not in self._dirty:
             return
         self._dirty.discard(progspace)
+        routes = self.routes
+        if routes is not None and self.mode == "auto" and not routes.needs_fallback(progspace):
+            # Every objfile with SFrame is gdb's own: nothing to look up,
+            # no command to run (under MI too).
+            self._tables[progspace] = ObjfileTable([])
+            self._idle.add(progspace)
+            return
+        self._idle.discard(progspace)
+        native = routes.native_paths(progspace) if routes is not None else set()
         wanted = set()
         for objfile in progspace.objfiles():
             if objfile.owner is not None or not getattr(objfile, "is_file", True):
@@ -397,19 +420,22 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             self._tables[progspace] = ObjfileTable([])
             return
         try:
-            text = gdb.execute(SECTIONS_COMMAND, to_string=True)
+            text = cli_text(gdb.execute(SECTIONS_COMMAND, to_string=True))
         except gdb.error as exc:
             warn(f"cannot read the section table: {exc}")
             return
         table = ObjfileTable.parse(text, wanted, old)
         if ObjfileTable.has_core(text):
             try:
-                table = table.with_core(parse_core_regions(gdb.execute(CORE_COMMAND,
-                                                                       to_string=True)))
+                table = table.with_core(parse_core_regions(cli_text(
+                    gdb.execute(CORE_COMMAND, to_string=True))))
             except gdb.error:
                 pass
         found = {e.path for e in table.entries}
-        self._tables[progspace] = table.extended(self._segment_entries(wanted - found, old))
+        table = table.extended(self._segment_entries(wanted - found, old))
+        for entry in table.entries:
+            entry.native = entry.path in native
+        self._tables[progspace] = table
 
     def _segment_entries(self, paths: set[str], old: dict[tuple[str, int], ObjfileEntry]
                          ) -> list[ObjfileEntry]:
@@ -420,7 +446,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         if not candidates:
             return []
         try:
-            text = gdb.execute("info proc mappings", to_string=True)
+            text = cli_text(gdb.execute("info proc mappings", to_string=True))
         except gdb.error:
             return []  # no process yet, or a target without mappings
         return segment_entries(candidates, parse_mappings(text), old)
@@ -451,6 +477,8 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
     def __call__(self, pending_frame):
         if self.mode == "off" or self._busy:
             return None
+        if self.mode == "auto" and gdb.current_progspace() in self._idle:
+            return None  # every objfile with SFrame here is gdb's own (symfiles)
         self._busy = True
         try:
             return self._unwind(pending_frame)
@@ -506,6 +534,8 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
                 return self._not_code(pending_frame, walk, pc, level)
             return None
         self._last_entry = entry
+        if entry.native and self.mode == "auto":
+            return None  # gdb's DWARF unwinder has this objfile's symbol file
         section = entry.section or entry.sframe(self)
         interrupted = level == 0 or level in walk.after_sigtramp or (
             level == walk.first_level and _below_inline_only(pc, level)

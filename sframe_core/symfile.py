@@ -46,8 +46,8 @@ from .errors import FileError, FormatError, SFrameError
 from .modules import Module
 from .symbols import DEBUG_ROOTS
 
-__all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "write_symbol_file",
-           "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module"]
+__all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_symbol_file",
+           "write_symbol_file", "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module"]
 
 # Bump when the bytes written for the same input change (a fix in dwarf.py):
 # cached files of older generators are then not reused.
@@ -695,6 +695,40 @@ def _cached(path: str) -> bool:
         return False
 
 
+def _cache_target(plan: _Plan, cache: str | None) -> tuple[str, str, str | None]:
+    """Where the symbol file of ``plan`` lives in the cache: (file, directory,
+    warning). An unwritable cache directory falls back to a private temporary
+    one, which ``warning`` says."""
+    wanted = cache or cache_dir()
+    warning = None
+    directory = _usable_dir(wanted)
+    if directory is None:
+        directory = _fallback_dir()
+        if directory is None:
+            raise FileError(f"{wanted}: cannot write the symbol file cache, nor a temporary one")
+        warning = f"{wanted}: not writable; symbol files go to {directory}"
+    return os.path.join(directory, _cache_name(plan)), directory, warning
+
+
+def cached_symbol_file(path: str, *, cache: str | None = None,
+                       debug_roots: Iterable[str] = DEBUG_ROOTS) -> SymbolFile | None:
+    """The symbol file for module ``path`` if the cache holds it, else None.
+
+    Costs what a hit of ``symbol_file_for`` costs (the module's headers and a
+    hash of its ``.sframe``), never a generation: an adapter asks this first,
+    and only on a miss decides whether to generate now or in a worker
+    (``symjobs``).
+
+    :raises SFrameError: as ``symbol_file_for``.
+    """
+    plan = _plan(path, tuple(debug_roots))
+    target, _, warning = _cache_target(plan, cache)
+    if not _cached(target):
+        return None
+    symcache.touch(target)  # its "last used" time, for pruning
+    return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
+
+
 def symbol_file_for(path: str, *, cache: str | None = None,
                     debug_roots: Iterable[str] = DEBUG_ROOTS) -> SymbolFile:
     """The cached symbol file for module ``path``, generated if it is not there yet.
@@ -707,18 +741,8 @@ def symbol_file_for(path: str, *, cache: str | None = None,
         no ``.sframe``, corrupt ``.sframe``, nowhere to write); nothing is
         written half-way.
     """
-    roots = tuple(debug_roots)
-    plan = _plan(path, roots)
-    name = _cache_name(plan)
-    wanted = cache or cache_dir()
-    warning = None
-    directory = _usable_dir(wanted)
-    if directory is None:
-        directory = _fallback_dir()
-        if directory is None:
-            raise FileError(f"{wanted}: cannot write the symbol file cache, nor a temporary one")
-        warning = f"{wanted}: not writable; symbol files go to {directory}"
-    target = os.path.join(directory, name)
+    plan = _plan(path, tuple(debug_roots))
+    target, directory, warning = _cache_target(plan, cache)
     if _cached(target):
         symcache.touch(target)  # its "last used" time, for pruning
         return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)

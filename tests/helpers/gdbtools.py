@@ -66,6 +66,10 @@ def clean_env() -> dict[str, str]:
         "LC_ALL": "C",
         "COLUMNS": "200",
         "LINES": "50",
+        # Symbol files made before gdb goes on, whatever the module's size, so
+        # that a session sees the route from its first stop (the default
+        # makes large ones in a worker: test_gdb_route.py tests that).
+        "SFRAME_GDB_SYMBOL_FILES": "foreground",
     }
     # The gdb-18 wrapper sets LD_LIBRARY_PATH itself.
     return env
@@ -116,12 +120,14 @@ class Gdb:
 
     def __init__(self, gdb: str, *, plugin: bool = True, args: list[str] | None = None,
                  cwd: str | None = None, timeout: float = TIMEOUT,
-                 disable_prologue: bool = True) -> None:
+                 disable_prologue: bool = True, symbol_files: str = "foreground") -> None:
         self.path = gdb
         argv = ["-nx", "-q", "-iex", f"set prompt {PROMPT}",
                 "-iex", "set pagination off", "-iex", "set width 0", "-iex", "set height 0",
                 "-iex", "set confirm off"] + (args or [])
-        self.child = pexpect.spawn(gdb, argv, env=clean_env(), cwd=cwd, encoding="utf-8",
+        env = clean_env()
+        env["SFRAME_GDB_SYMBOL_FILES"] = symbol_files  # "off": the Python unwinder alone
+        self.child = pexpect.spawn(gdb, argv, env=env, cwd=cwd, encoding="utf-8",
                                    codec_errors="replace", timeout=timeout, echo=False,
                                    dimensions=(50, 400))
         self.child.expect_exact(PROMPT)

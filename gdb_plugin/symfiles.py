@@ -1,0 +1,275 @@
+"""The DWARF route: SFrame handed to gdb's own unwinder as a separate debug file.
+
+For every objfile that has ``.sframe`` and no ``.eh_frame``/``.debug_frame``
+(so gdb has no CFI for its code), the core's symbol file (the objfile's
+build-id and debug information, plus a ``.debug_frame`` made from the
+SFrame rows and the callee-saved-register rules the analysis proves; the one
+generator and cache LLDB's route uses) is attached with
+``gdb.Objfile.add_separate_debug_file``. gdb's DWARF frame sniffer then
+applies that ``.debug_frame`` to the objfile's code at its load address, and
+everything that needs gdb's own unwinder works as with ``.eh_frame``:
+tail-call frames from ``DW_TAG_call_site``, entry values, dummy frames of
+inferior calls, ``info frame``'s saved registers, MI, several inferiors.
+
+Objfiles are found through gdb's Python API only (``Progspace.objfiles()``,
+``new_objfile``/``free_objfile``, ``Objfile.filename``/``build_id``/``owner``),
+never by parsing command output, so the CLI and MI behave the same.
+
+When: for the objfiles there at ``source`` time, then from ``new_objfile``
+(the executable, libraries at start and from ``dlopen``, cores, ``attach``,
+``gdbserver``, exec). A cached file is attached at once. A missing one is
+made at once when the module is small (``FOREGROUND_FDES``); a larger one by
+a worker process (``sframe_core.symjobs``) while the Python unwinder serves
+the objfile, and attached at the first stop after it is ready. ``set sframe
+symbol-files foreground`` always waits; ``off`` leaves every objfile to the
+Python unwinder. ``info sframe`` says, per objfile, which one serves it and
+why.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+import gdb
+
+from sframe_core.elf import read_elf
+from sframe_core.errors import SFrameError
+from sframe_core.symfile import cache_dir, cached_symbol_file, read_module, symbol_file_for
+from sframe_core.symjobs import Job, JobResult
+
+__all__ = ["Route", "Routes", "SETTINGS", "FOREGROUND_FDES", "NATIVE", "PENDING", "FALLBACK",
+           "OWN_CFI"]
+
+SETTINGS = ("auto", "foreground", "off")
+# The setting a session starts with (scripts and test harnesses that want the
+# route from the first stop set ``foreground``); ``set sframe symbol-files``.
+ENV = "SFRAME_GDB_SYMBOL_FILES"
+
+# Below this many FDEs a missing symbol file is made before gdb goes on (a
+# fraction of a second); above it, in a worker while the Python unwinder serves.
+FOREGROUND_FDES = 300
+
+# e_machine values whose .debug_frame the core writes: x86-64, aarch64, s390x.
+_MACHINES = frozenset({62, 183, 22})
+
+NATIVE = "native"  # gdb's DWARF unwinder, from our symbol file
+PENDING = "pending"  # the symbol file is being made; the Python unwinder serves meanwhile
+FALLBACK = "fallback"  # the Python unwinder serves: the reason says why
+OWN_CFI = "own CFI"  # gdb has the objfile's CFI; the Python unwinder covers what it lacks
+
+
+class Route(NamedTuple):
+    """Which unwinder serves one objfile, and why."""
+
+    kind: str
+    path: str  # the objfile's file on this machine
+    detail: str  # the symbol file, or the reason
+    since: float = 0.0  # PENDING: when the worker started
+
+
+def _local_file(objfile) -> str | None:
+    """The file on this machine an objfile was read from, or None.
+
+    ``target:PATH`` (a remote target's sysroot) is the local PATH when gdb's
+    build-id of the objfile is that file's too (gdbserver on this machine).
+    """
+    name = objfile.filename or ""
+    if name.startswith("target:"):
+        name = name[len("target:"):]
+    if not os.path.isabs(name) or not os.path.isfile(name):
+        return None
+    return name
+
+
+class Routes:
+    """The route of every objfile with SFrame, in every program space."""
+
+    def __init__(self, changed: Callable[[object], None]) -> None:
+        # ``changed(progspace)``: which objfiles the Python unwinder must
+        # serve there has changed.
+        self._changed = changed
+        start = os.environ.get(ENV, "auto").strip().lower()
+        self.setting = start if start in SETTINGS else "auto"
+        self._routes: dict[gdb.Objfile, Route] = {}
+        self._jobs: dict[str, Job] = {}  # module path -> its worker
+        self._ready: dict[str, JobResult] = {}  # workers done, not yet attached
+        self._warned: set[str] = set()
+
+    # What the unwinder and the commands ask -----------------------------------
+
+    def routes(self, progspace: object | None = None) -> Iterator[tuple[gdb.Objfile, Route]]:
+        for objfile, route in list(self._routes.items()):
+            if objfile.is_valid() and (progspace is None or objfile.progspace == progspace):
+                yield objfile, route
+
+    def native_paths(self, progspace: object) -> set[str]:
+        """The objfiles (by file name, as gdb shows it) gdb's own unwinder serves."""
+        return {objfile.filename for objfile, route in self.routes(progspace)
+                if route.kind == NATIVE}
+
+    def needs_fallback(self, progspace: object) -> bool:
+        """Must the Python unwinder look at frames in this program space?"""
+        return any(route.kind != NATIVE for _, route in self.routes(progspace))
+
+    # Events --------------------------------------------------------------------
+
+    def consider_all(self) -> None:
+        for progspace in gdb.progspaces():
+            for objfile in progspace.objfiles():
+                self.consider(objfile)
+
+    def consider(self, objfile) -> None:
+        """Route a new objfile (a separate debug file or the vdso is not one)."""
+        if objfile.owner is not None or not getattr(objfile, "is_file", True):
+            return
+        if objfile in self._routes:
+            return
+        route = self._decide(objfile)
+        if route is None:
+            return
+        self._set(objfile, route)
+
+    def reconsider(self) -> None:
+        """The setting changed: route again what no symbol file serves yet."""
+        for objfile, route in list(self.routes()):
+            if route.kind in (PENDING, FALLBACK):
+                del self._routes[objfile]
+                self.consider(objfile)
+                if objfile not in self._routes:
+                    self._changed(objfile.progspace)
+
+    def forget(self, objfile) -> None:
+        if self._routes.pop(objfile, None) is not None:
+            self._changed(objfile.progspace)
+
+    def on_stop(self) -> None:
+        """Attach the symbol files workers finished while the inferior ran."""
+        if not self._ready:
+            return
+        ready, self._ready = self._ready, {}
+        for path, result in ready.items():
+            self._finish(path, result)
+
+    # Deciding --------------------------------------------------------------------
+
+    def _set(self, objfile, route: Route) -> None:
+        old = self._routes.get(objfile)
+        self._routes[objfile] = route
+        if old is None or old.kind != route.kind:
+            self._changed(objfile.progspace)
+
+    def _decide(self, objfile) -> Route | None:
+        path = _local_file(objfile)
+        if path is None:
+            return None  # not on this machine: the Python unwinder cannot read it either
+        try:
+            module = read_module(path)
+        except SFrameError:
+            return None  # not an ELF file gdb and we agree on: left to gdb
+        if module.section(".sframe") is None:
+            return None
+        if objfile.build_id and module.build_id and objfile.build_id != module.build_id:
+            return Route(FALLBACK, path, "the file on disk is another build than gdb loaded")
+        cfi = [name for name in (".eh_frame", ".debug_frame")
+               if (sec := module.section(name)) is not None and sec.size]
+        if cfi:
+            return Route(OWN_CFI, path, f"has {' and '.join(cfi)}")
+        if module.header[1] not in _MACHINES:
+            return Route(FALLBACK, path, "no .debug_frame is written for this architecture")
+        if self.setting == "off":
+            return Route(FALLBACK, path, "symbol files off (set sframe symbol-files)")
+        existing = self._attached(objfile)
+        if existing is not None:
+            return Route(NATIVE, path, existing)
+        try:
+            cached = cached_symbol_file(path)
+        except SFrameError as exc:
+            return Route(FALLBACK, path, str(exc))
+        if cached is not None:
+            return self._attach(objfile, path, cached.path)
+        if self.setting == "foreground" or self._small(path):
+            try:
+                made = symbol_file_for(path)
+            except SFrameError as exc:
+                return Route(FALLBACK, path, str(exc))
+            self._warn(made.warning)
+            return self._attach(objfile, path, made.path)
+        return self._start(path)
+
+    @staticmethod
+    def _small(path: str) -> bool:
+        try:
+            section = read_elf(path).open()
+        except SFrameError:
+            return True  # the generation then says what is wrong, at once
+        return section is None or section.num_fdes <= FOREGROUND_FDES
+
+    @staticmethod
+    def _attached(objfile) -> str | None:
+        """Our symbol file, if an earlier load of the plugin attached it already."""
+        ours = cache_dir()
+        for other in objfile.progspace.objfiles():
+            if other.owner == objfile and (other.filename or "").startswith(ours):
+                return other.filename
+        return None
+
+    def _attach(self, objfile, path: str, symbol_file: str) -> Route:
+        try:
+            objfile.add_separate_debug_file(symbol_file)
+        except gdb.error as exc:
+            return Route(FALLBACK, path, f"gdb did not take the symbol file {symbol_file}: {exc}")
+        gdb.invalidate_cached_frames()
+        return Route(NATIVE, path, symbol_file)
+
+    # Workers ---------------------------------------------------------------------
+
+    def _start(self, path: str) -> Route:
+        if path not in self._jobs:
+            def done(result: JobResult, path: str = path) -> None:
+                # A worker's thread: gdb is touched only from its own.
+                gdb.post_event(lambda: self._worker_done(path, result))
+            self._jobs[path] = Job(path, done)
+        return Route(PENDING, path, "symbol file being made", time.monotonic())
+
+    def _worker_done(self, path: str, result: JobResult) -> None:
+        self._jobs.pop(path, None)
+        if _running():
+            self._ready[path] = result  # attached at the next stop
+            return
+        self._finish(path, result)
+
+    def _finish(self, path: str, result: JobResult) -> None:
+        self._warn(result.warning)
+        for objfile, route in list(self.routes()):
+            if route.kind != PENDING or route.path != path:
+                continue
+            if result.path is None:
+                self._set(objfile, Route(FALLBACK, path, result.error or "no symbol file"))
+            else:
+                self._set(objfile, self._attach(objfile, path, result.path))
+
+    def _warn(self, text: str | None) -> None:
+        if text and text not in self._warned:
+            self._warned.add(text)
+            gdb.write(f"warning: sframe: {text}\n", gdb.STDERR)
+
+    def cancel(self) -> None:
+        """Stop the workers (the plugin is being replaced)."""
+        for job in self._jobs.values():
+            job.cancel()
+        self._jobs.clear()
+
+
+def _running() -> bool:
+    """Is a thread of any inferior running (gdb may not read its memory now)?"""
+    for inferior in gdb.inferiors():
+        try:
+            threads = inferior.threads()
+        except gdb.error:
+            continue
+        if any(thread.is_valid() and thread.is_running() for thread in threads):
+            return True
+    return False

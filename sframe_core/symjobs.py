@@ -1,0 +1,163 @@
+"""Symbol files made in a worker process, so that a debugger is not held up.
+
+Making a module's symbol file costs time that grows with the module (the
+callee-saved-register analysis of every function), and a debugger that waits
+for it before its first stop makes a large program's first ``bt`` slow. An
+adapter therefore asks the cache first (``symfile.cached_symbol_file``), and
+on a miss for a large module starts a ``Job``: a separate Python process runs
+``symfile.symbol_file_for`` (so the file lands in the same cache, written
+atomically, and a second debugger doing the same meanwhile only ever sees
+whole files) while the debugger goes on with its own fallback. The process
+also keeps the debugger's Python free: no GIL shared with the unwinder, and
+the machine's other cores.
+
+A debugger's embedded Python is rarely a usable ``sys.executable`` (gdb
+reports ``/usr/bin/python`` or a build path that does not exist), so the
+worker's interpreter is looked for beside it, and it is handed the
+directories the adapter itself imported ``sframe_core``, pyelftools and
+capstone from, nothing else of the debugger's ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import NamedTuple
+
+__all__ = ["JobResult", "Job", "worker_python", "main"]
+
+
+class JobResult(NamedTuple):
+    """What a worker made: the symbol file, or one line saying why not."""
+
+    path: str | None
+    error: str | None = None
+    warning: str | None = None
+
+
+def worker_python() -> str | None:
+    """An interpreter of this Python's version (or, failing that, any
+    ``python3``) that exists on this machine, or None."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [sys.executable, getattr(sys, "_base_executable", None)]
+    for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix):
+        candidates += [os.path.join(prefix, "bin", f"python{version}"),
+                       os.path.join(prefix, "bin", "python3")]
+    candidates += [shutil.which(f"python{version}"), shutil.which("python3")]
+    for candidate in candidates:
+        if (candidate and "python" in os.path.basename(candidate) and os.path.isfile(candidate)
+                and os.access(candidate, os.X_OK)):
+            return candidate
+    return None
+
+
+def _import_roots() -> list[str]:
+    """The directories holding the packages a worker needs, as this Python found them."""
+    roots: list[str] = []
+    for name in ("sframe_core", "elftools", "capstone"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.origin:
+            continue
+        root = os.path.dirname(os.path.dirname(os.path.abspath(spec.origin)))
+        if root not in roots:
+            roots.append(root)
+    return roots
+
+
+class Job:
+    """One module's symbol file, being made by a worker process.
+
+    ``on_done`` is called once, from a thread of this module (never the
+    caller's), with the ``JobResult``; an adapter hands it to its debugger's
+    main thread (gdb: ``gdb.post_event``). A worker that cannot be started
+    is a ``JobResult`` with an error, reported the same way.
+    """
+
+    def __init__(self, path: str, on_done: Callable[[JobResult], None], *,
+                 cache: str | None = None) -> None:
+        self.path = path
+        self.result: JobResult | None = None
+        self._on_done = on_done
+        self._process: subprocess.Popen[bytes] | None = None
+        python = worker_python()
+        if python is None:
+            self._finish(JobResult(None, "no Python interpreter found to make the symbol file in"))
+            return
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(_import_roots())
+        env.pop("PYTHONHOME", None)
+        args = [python, "-m", "sframe_core.symjobs", path]
+        if cache:
+            args += ["--cache", cache]
+        try:
+            self._process = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=env, start_new_session=True)  # the terminal's Ctrl-C is the debugger's
+        except OSError as exc:
+            self._finish(JobResult(None, f"cannot start {python}: {exc.strerror or exc}"))
+            return
+        threading.Thread(target=self._wait, name=f"sframe symbol file {os.path.basename(path)}",
+                         daemon=True).start()
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    def cancel(self) -> None:
+        """Stop the worker (the cache keeps nothing half-written)."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            try:
+                process.kill()
+            except OSError:
+                pass
+
+    def _wait(self) -> None:
+        assert self._process is not None
+        out, err = self._process.communicate()
+        try:
+            answer = json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1])
+            result = JobResult(answer.get("path"), answer.get("error"), answer.get("warning"))
+        except (ValueError, IndexError, AttributeError):
+            lines = err.decode("utf-8", "replace").strip().splitlines()
+            result = JobResult(None, f"symbol file worker failed (exit {self._process.returncode})"
+                               + (f": {lines[-1]}" if lines else ""))
+        self._finish(result)
+
+    def _finish(self, result: JobResult) -> None:
+        self.result = result
+        self._on_done(result)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The worker: make one symbol file, print the outcome as one JSON line."""
+    parser = argparse.ArgumentParser(prog="python -m sframe_core.symjobs")
+    parser.add_argument("path")
+    parser.add_argument("--cache", default=None)
+    args = parser.parse_args(argv)
+    from .errors import SFrameError
+    from .symfile import symbol_file_for
+    try:
+        made = symbol_file_for(args.path, cache=args.cache)
+    except SFrameError as exc:
+        print(json.dumps({"error": str(exc)}))
+        return 1
+    except OSError as exc:
+        print(json.dumps({"error": f"{args.path}: {exc.strerror or exc}"}))
+        return 1
+    print(json.dumps({"path": made.path, "warning": made.warning}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
