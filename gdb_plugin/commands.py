@@ -17,7 +17,7 @@ from sframe_core.describe import lookup_text
 from sframe_core.errors import SFrameError
 from sframe_core.version import __version__
 
-from .symfiles import FALLBACK, NATIVE, PENDING, SETTINGS
+from .symfiles import FALLBACK, NATIVE, PENDING, SETTINGS, Route
 from .unwinder import MODES, SFrameUnwinder
 
 __all__ = ["register"]
@@ -151,20 +151,12 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
         setting = routes.setting if routes is not None else "off"
         gdb.write(f"sframe unwinder (sframe-gdb {__version__}): mode {plugin.mode}, "
                   f"{'enabled' if plugin.enabled else 'disabled'}; symbol files {setting}\n")
-        shown = set()
-        for objfile, route in (routes.routes(progspace) if routes is not None else ()):
-            if route.kind == NATIVE:
-                shown.add(objfile.filename)
-                gdb.write(f"{objfile.filename}\n  unwound by gdb's DWARF unwinder from the symbol "
-                          f"file {route.detail}\n")
-        if not entries and not shown:
+        if not entries:
             gdb.write("No objfile has a .sframe section.\n")
             return
-        notes = {objfile.filename: route for objfile, route in
-                 (routes.routes(progspace) if routes is not None else ()) if route.kind != NATIVE}
+        by_path = {objfile.filename: route for objfile, route in
+                   (routes.routes(progspace) if routes is not None else ())}
         for entry in entries:
-            if entry.path in shown:
-                continue
             section = entry.sframe(self.plugin)
             if section is None:
                 gdb.write(f"{entry.path}: .sframe unusable\n")
@@ -173,25 +165,30 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
             hi = max((hi for _, hi in entry.code), default=0)
             cfi = [n for n, f in ((".eh_frame", entry.has_eh_frame),
                                   (".debug_frame", entry.has_debug_frame)) if f]
-            if self.plugin.mode == "off":
-                used = "not used (mode off)"
-            elif self.plugin.mode == "always":
-                used = "used"
-            elif cfi:
-                used = f"used only where {'/'.join(cfi)} has no FDE"
-            else:
-                used = "used"
             gdb.write(f"{entry.path}\n"
                       f"  SFrame v{section.version}, ABI {section.arch.name}, "
                       f"{section.num_fdes} FDEs, code 0x{lo:x}-0x{hi:x}, "
                       f".sframe at 0x{entry.sframe_address:x}\n"
-                      f"  {'has ' + ' and '.join(cfi) if cfi else 'no .eh_frame'}; {used}\n")
-            note = notes.get(entry.path)
-            if note is not None and note.kind == PENDING:
-                gdb.write(f"  by the sframe unwinder until its symbol file is ready (being made "
-                          f"for {time.monotonic() - note.since:.1f} s)\n")
-            elif note is not None and note.kind == FALLBACK:
-                gdb.write(f"  by the sframe unwinder: no symbol file ({note.detail})\n")
+                      f"  {'has ' + ' and '.join(cfi) if cfi else 'no .eh_frame'}; "
+                      f"{_served_by(plugin.mode, cfi, by_path.get(entry.path))}\n")
+
+
+def _served_by(mode: str, cfi: list[str], route: Route | None) -> str:
+    """Which unwinder serves an objfile with SFrame, in words."""
+    if route is not None and route.kind == NATIVE and mode != "always":
+        return f"unwound by gdb's DWARF unwinder from the symbol file {route.detail}"
+    if mode == "off":
+        return "the sframe unwinder is off (set sframe mode)"
+    if mode == "always":
+        return "unwound by the sframe unwinder (mode always)"
+    if cfi:
+        return f"the sframe unwinder serves only where {'/'.join(cfi)} has no FDE"
+    if route is not None and route.kind == PENDING:
+        return (f"unwound by the sframe unwinder until its symbol file is ready (being made for "
+                f"{time.monotonic() - route.since:.1f} s)")
+    if route is not None and route.kind == FALLBACK:
+        return f"unwound by the sframe unwinder: no symbol file ({route.detail})"
+    return "unwound by the sframe unwinder"
 
 
 class SetSFrame(gdb.Command):

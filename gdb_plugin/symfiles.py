@@ -110,10 +110,6 @@ class Routes:
         return {objfile.filename for objfile, route in self.routes(progspace)
                 if route.kind == NATIVE}
 
-    def needs_fallback(self, progspace: object) -> bool:
-        """Must the Python unwinder look at frames in this program space?"""
-        return any(route.kind != NATIVE for _, route in self.routes(progspace))
-
     # Events --------------------------------------------------------------------
 
     def consider_all(self) -> None:
@@ -170,7 +166,14 @@ class Routes:
         except SFrameError:
             return None  # not an ELF file gdb and we agree on: left to gdb
         if module.section(".sframe") is None:
-            return None
+            if module.sections:
+                return None
+            try:
+                segment = read_elf(path).has_sframe
+            except SFrameError:
+                segment = False
+            # PT_GNU_SFRAME only: gdb has no section to place a debug file's by.
+            return Route(FALLBACK, path, "no section headers") if segment else None
         if objfile.build_id and module.build_id and objfile.build_id != module.build_id:
             return Route(FALLBACK, path, "the file on disk is another build than gdb loaded")
         cfi = [name for name in (".eh_frame", ".debug_frame")
@@ -185,14 +188,14 @@ class Routes:
         if existing is not None:
             return Route(NATIVE, path, existing)
         try:
-            cached = cached_symbol_file(path)
+            cached = cached_symbol_file(path, function_symbols=False)
         except SFrameError as exc:
             return Route(FALLBACK, path, str(exc))
         if cached is not None:
             return self._attach(objfile, path, cached.path)
         if self.setting == "foreground" or self._small(path):
             try:
-                made = symbol_file_for(path)
+                made = symbol_file_for(path, function_symbols=False)
             except SFrameError as exc:
                 return Route(FALLBACK, path, str(exc))
             self._warn(made.warning)
@@ -231,7 +234,7 @@ class Routes:
             def done(result: JobResult, path: str = path) -> None:
                 # A worker's thread: gdb is touched only from its own.
                 gdb.post_event(lambda: self._worker_done(path, result))
-            self._jobs[path] = Job(path, done)
+            self._jobs[path] = Job(path, done, function_symbols=False)
         return Route(PENDING, path, "symbol file being made", time.monotonic())
 
     def _worker_done(self, path: str, result: JobResult) -> None:

@@ -356,10 +356,11 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         # one level up, gets the same frame id.
         self._echo: tuple[int, int, int, int] | None = None  # (level, pc, SP, function start)
         # The DWARF route (``symfiles.Routes``), set by ``plugin.register``:
-        # objfiles it serves are gdb's own, and a program space where it
-        # serves every objfile with SFrame needs nothing of this unwinder.
+        # frames in the objfiles it serves are gdb's own. The unwinder still
+        # looks at every frame, for one thing: a PC that cannot be code
+        # (``_not_code``) ends the backtrace instead of gdb's heuristics
+        # reading invented callers off a corrupt stack.
         self.routes: Routes | None = None
-        self._idle: set[object] = set()  # progspaces where it need not look at frames
 
     # Tables ---------------------------------------------------------------
 
@@ -382,12 +383,10 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
     def forget(self, progspace: object) -> None:
         self._tables.pop(progspace, None)
         self._dirty.discard(progspace)
-        self._idle.discard(progspace)
 
     def route_changed(self, progspace: object) -> None:
         """The DWARF route took or gave up objfiles of ``progspace``."""
         self.mark_dirty(progspace)
-        self._idle.discard(progspace)  # until refresh() says again
         self._walk = None
 
     def refresh(self, force: bool = False) -> None:
@@ -402,13 +401,6 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             return
         self._dirty.discard(progspace)
         routes = self.routes
-        if routes is not None and self.mode == "auto" and not routes.needs_fallback(progspace):
-            # Every objfile with SFrame is gdb's own: nothing to look up,
-            # no command to run (under MI too).
-            self._tables[progspace] = ObjfileTable([])
-            self._idle.add(progspace)
-            return
-        self._idle.discard(progspace)
         native = routes.native_paths(progspace) if routes is not None else set()
         wanted = set()
         for objfile in progspace.objfiles():
@@ -477,8 +469,6 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
     def __call__(self, pending_frame):
         if self.mode == "off" or self._busy:
             return None
-        if self.mode == "auto" and gdb.current_progspace() in self._idle:
-            return None  # every objfile with SFrame here is gdb's own (symfiles)
         self._busy = True
         try:
             return self._unwind(pending_frame)

@@ -308,7 +308,7 @@ def _align(value: int, alignment: int) -> int:
 
 
 def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
-           debuglink: bytes | None = None) -> None:
+           debuglink: bytes | None = None, symbols: bool = True) -> None:
     """Write the symbol file: ``base``'s sections (the module, or its debug file)
     as ``objcopy --only-keep-debug`` keeps them, plus ``frame`` as ``.debug_frame``
     (and ``debuglink`` as ``.gnu_debuglink``, see ``_debuglink``).
@@ -354,7 +354,7 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
         own[index] = data
 
     provide(".debug_frame", frame, 8)
-    if base.section(".symtab") is None and base.section(".debug_info") is None:
+    if symbols and base.section(".symtab") is None and base.section(".debug_info") is None:
         _provide_function_symbols(sections, frame, module.big_endian, provide)
     if debuglink is not None:
         provide(".gnu_debuglink", debuglink, 4)
@@ -464,6 +464,10 @@ class _Plan(NamedTuple):
     module: ModuleInfo
     base: ModuleInfo
     sframe: bytes
+    # A stripped module's FDEs as function symbols: LLDB needs them
+    # (elfsyms); gdb does not, and would show their names where the twin
+    # shows "??".
+    symbols: bool = True
 
 
 def _debuglink(plan: _Plan) -> bytes | None:
@@ -493,7 +497,7 @@ def _debuglink(plan: _Plan) -> bytes | None:
     return raw + struct.pack(endian + "I", crc)
 
 
-def _plan(path: str, debug_roots: Sequence[str]) -> _Plan:
+def _plan(path: str, debug_roots: Sequence[str], symbols: bool = True) -> _Plan:
     module = read_module(path)
     if module.elf_type == _ET_REL:
         raise FileError(f"{path}: a relocatable object (.o): symbol files are made for linked "
@@ -502,7 +506,7 @@ def _plan(path: str, debug_roots: Sequence[str]) -> _Plan:
     if not info.has_sframe or info.data is None:
         raise FileError(f"{path}: no .sframe section")
     base = _debug_source(module, debug_roots) or module
-    return _Plan(module, base, info.data)
+    return _Plan(module, base, info.data, symbols)
 
 
 def _existing_frame(base: ModuleInfo) -> bytes:
@@ -583,7 +587,7 @@ def _write_atomically(target: str, plan: _Plan, frame: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".sframe-tmp-", suffix=".debug", dir=directory)
     try:
         with os.fdopen(fd, "w+b") as out:
-            _write(out, plan.module, plan.base, frame, _debuglink(plan))
+            _write(out, plan.module, plan.base, frame, _debuglink(plan), plan.symbols)
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, 0o644)
@@ -655,6 +659,8 @@ def _cache_name(plan: _Plan) -> str:
     for sec in plan.base.sections:
         if not sec.flags & _SHF_ALLOC:
             digest.update(f"{sec.name}\0{sec.type}\0{sec.size}\0".encode())
+    if not plan.symbols:
+        digest.update(b"no function symbols\0")
     prefix = plan.module.build_id or "nobuildid"
     return f"{prefix}-{digest.hexdigest()[:20]}.debug"
 
@@ -711,7 +717,8 @@ def _cache_target(plan: _Plan, cache: str | None) -> tuple[str, str, str | None]
 
 
 def cached_symbol_file(path: str, *, cache: str | None = None,
-                       debug_roots: Iterable[str] = DEBUG_ROOTS) -> SymbolFile | None:
+                       debug_roots: Iterable[str] = DEBUG_ROOTS,
+                       function_symbols: bool = True) -> SymbolFile | None:
     """The symbol file for module ``path`` if the cache holds it, else None.
 
     Costs what a hit of ``symbol_file_for`` costs (the module's headers and a
@@ -721,7 +728,7 @@ def cached_symbol_file(path: str, *, cache: str | None = None,
 
     :raises SFrameError: as ``symbol_file_for``.
     """
-    plan = _plan(path, tuple(debug_roots))
+    plan = _plan(path, tuple(debug_roots), function_symbols)
     target, _, warning = _cache_target(plan, cache)
     if not _cached(target):
         return None
@@ -730,18 +737,20 @@ def cached_symbol_file(path: str, *, cache: str | None = None,
 
 
 def symbol_file_for(path: str, *, cache: str | None = None,
-                    debug_roots: Iterable[str] = DEBUG_ROOTS) -> SymbolFile:
+                    debug_roots: Iterable[str] = DEBUG_ROOTS,
+                    function_symbols: bool = True) -> SymbolFile:
     """The cached symbol file for module ``path``, generated if it is not there yet.
 
     A cache hit reads the module's headers and hashes its ``.sframe``, nothing
     more. An unwritable cache directory falls back to a private temporary
-    directory (said in ``SymbolFile.warning``).
+    directory (said in ``SymbolFile.warning``). ``function_symbols=False``
+    (gdb): a stripped module gets no function symbols for its FDEs.
 
     :raises SFrameError: one line naming the file and what is wrong (not ELF,
         no ``.sframe``, corrupt ``.sframe``, nowhere to write); nothing is
         written half-way.
     """
-    plan = _plan(path, tuple(debug_roots))
+    plan = _plan(path, tuple(debug_roots), function_symbols)
     target, directory, warning = _cache_target(plan, cache)
     if _cached(target):
         symcache.touch(target)  # its "last used" time, for pruning

@@ -84,7 +84,7 @@ class Job:
     """
 
     def __init__(self, path: str, on_done: Callable[[JobResult], None], *,
-                 cache: str | None = None) -> None:
+                 cache: str | None = None, function_symbols: bool = True) -> None:
         self.path = path
         self.result: JobResult | None = None
         self._on_done = on_done
@@ -99,6 +99,8 @@ class Job:
         args = [python, "-m", "sframe_core.symjobs", path]
         if cache:
             args += ["--cache", cache]
+        if not function_symbols:
+            args.append("--no-function-symbols")
         try:
             self._process = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -144,11 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sframe_core.symjobs")
     parser.add_argument("path")
     parser.add_argument("--cache", default=None)
+    parser.add_argument("--no-function-symbols", action="store_true")
     args = parser.parse_args(argv)
     from .errors import SFrameError
     from .symfile import symbol_file_for
     try:
-        made = symbol_file_for(args.path, cache=args.cache)
+        made = symbol_file_for(args.path, cache=args.cache,
+                               function_symbols=not args.no_function_symbols)
     except SFrameError as exc:
         print(json.dumps({"error": str(exc)}))
         return 1

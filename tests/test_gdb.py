@@ -87,8 +87,24 @@ def test_bt_matches_twin(gdb_path: str, producer: str) -> None:
         _no_python_errors(text)
         assert _key(parse_bt(text)) == twin
         assert "Backtrace stopped" not in text
-        # The unwinder's controls.
+        # gdb's own unwinder has the symbol file: the Python unwinder's
+        # controls do not take the frames away.
+        assert "unwound by gdb's DWARF unwinder from the symbol file" in g.cmd("info sframe")
         assert re.search(r"Global:\s*\n\s+sframe\b", g.cmd("info unwinder"))
+        assert "1 unwinder disabled" in g.cmd("disable unwinder global sframe")
+        assert _key(g.bt()) == twin
+        g.cmd("enable unwinder global sframe")
+        g.cmd("set sframe mode off")
+        assert _key(g.bt()) == twin
+        g.cmd("set sframe mode auto")
+    # The Python unwinder alone (no symbol files): the same frames, and its controls.
+    with Gdb(gdb_path, symbol_files="off", args=[str(need(X86 / producer / "deep.noeh"))]) as g:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        assert _key(parse_bt(text)) == twin
+        assert "no symbol file (symbol files off" in g.cmd("info sframe")
         assert "1 unwinder disabled" in g.cmd("disable unwinder global sframe")
         assert _key(g.bt()) == without
         g.cmd("enable unwinder global sframe")
@@ -103,6 +119,12 @@ def test_bt_matches_twin(gdb_path: str, producer: str) -> None:
         g.load_plugin()
         assert g.cmd("info unwinder").count("sframe") == 1
         assert 'is "auto"' in g.cmd("show sframe mode")
+        assert 'symbol-files' not in g.cmd("show sframe mode")
+        assert '"off"' in g.cmd("show sframe symbol-files")
+        assert _key(g.bt()) == twin
+        # Symbol files on again: the objfile goes to gdb's own unwinder.
+        g.cmd("set sframe symbol-files auto")
+        assert "unwound by gdb's DWARF unwinder from the symbol file" in g.cmd("info sframe")
         assert _key(g.bt()) == twin
 
 
@@ -375,15 +397,24 @@ def test_stripped_binary_ends_at_start(gdb_path: str, kind: str, tmp_path: Path)
         text = g.cmd("bt")
         _no_python_errors(text)
         assert [f.pc for f in parse_bt(text)] == twin, text
-        assert text.rstrip().splitlines()[-1] == _outermost_line(gdb_path), text
+        if kind == "stripped":
+            # gdb's own unwinder, from the symbol file: _start's rule ends the
+            # stack as the twin's .eh_frame does (no "Backtrace stopped").
+            assert "unwound by gdb's DWARF unwinder" in g.cmd("info sframe")
+            assert text.rstrip().splitlines()[-1].startswith(f"#{len(twin) - 1} "), text
+        else:
+            # No section headers: no symbol file can be placed; the Python unwinder.
+            assert "no symbol file (no section headers)" in g.cmd("info sframe")
+            assert text.rstrip().splitlines()[-1] == _outermost_line(gdb_path), text
         assert "PC not saved" not in text, text
         _mi_frames_equal(g, twin)
 
 
 def _outermost_line(gdb_path: str) -> str:
-    """How a backtrace the plugin ends at an outermost frame (_start) ends:
-    gdb 15+ stop at a frame without a saved PC; on 13 and 14 (where such a
-    frame raises "PC not saved") the plugin repeats the frame, which gdb drops."""
+    """How a backtrace the Python unwinder ends at an outermost frame (_start)
+    ends: gdb 15+ stop at a frame without a saved PC; on 13 and 14 (where such
+    a frame raises "PC not saved") the plugin repeats the frame, which gdb
+    drops. (Through the symbol file, gdb ends at _start as on the twin.)"""
     if _major(gdb_path) >= 15:
         return "Backtrace stopped: frame did not save the PC"
     return "Backtrace stopped: previous frame identical to this frame (corrupt stack?)"
@@ -415,7 +446,7 @@ def test_bt_past_main_ends_at_start(gdb_path: str) -> None:
             frames[plugin] = parse_bt(text)
             if plugin:
                 assert "PC not saved" not in text, text
-                assert text.rstrip().splitlines()[-1] == _outermost_line(gdb_path), text
+                assert "Backtrace stopped" not in text, text  # as the twin: _start is outermost
                 out = g.cmd("python print(len(gdb.execute('bt', to_string=True).splitlines()))")
                 _no_python_errors(out)
                 assert out.strip().isdigit(), out
@@ -434,7 +465,7 @@ def test_bt_at_start_is_one_frame(gdb_path: str) -> None:
             text = g.cmd("bt")
             _no_python_errors(text)
             assert [f.name for f in parse_bt(text)] == ["_start"], text
-            assert text.rstrip().splitlines()[-1] == _outermost_line(gdb_path), text
+            assert "Backtrace stopped" not in text, text  # as the twin: one frame
             assert "PC not saved" not in text, text
             _mi_frames_equal(g, [parse_bt(text)[0].pc])
             assert "No frame at level 1." in g.cmd("frame 1")
@@ -452,7 +483,10 @@ def test_corrupt_return_address_stops_cleanly(gdb_path: str) -> None:
         g.cmd("set *(long*)($sp - 8) = 0x1234")  # f4's return address
         text = g.cmd("bt")
         _no_python_errors(text)
-        assert [f.name for f in parse_bt(text)] == ["stop_here", "f4"]
+        # f4's caller is the planted address, which is no code: the frame is
+        # shown (as on the twin) and nothing after it.
+        assert [(f.pc, f.name) for f in parse_bt(text)][2:] == [(0x1234, "??")], text
+        assert [f.name for f in parse_bt(text)] == ["stop_here", "f4", "??"]
         # gdb's own corrupt-stack line, on gdb 13 as on 18.
         assert text.splitlines()[-1] == (
             "Backtrace stopped: previous frame inner to this frame (corrupt stack?)"), text
@@ -489,6 +523,7 @@ def test_info_and_lookup_commands(gdb_path: str) -> None:
         g.cmd("run")
         info = g.cmd("info sframe")
         assert "deep.noeh" in info and "SFrame v1, ABI amd64" in info and "no .eh_frame" in info
+        assert "; unwound by gdb's DWARF unwinder from the symbol file " in info
         assert "CFA = rsp + 8; RA at CFA - 8; FP not saved" in g.cmd("info sframe $pc")
         assert "FDE [" in g.cmd("sframe lookup f4")
         out = g.cmd("info sframe 0x10")

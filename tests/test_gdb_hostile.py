@@ -147,14 +147,23 @@ def smash(tmp_path_factory: pytest.TempPathFactory) -> HostProgram:
 
 @pytest.mark.parametrize("kind", ["stack", "heap", "unmapped", "noncanonical", "low"])
 def test_smashed_return_address(gdb_path: str, smash: HostProgram, kind: str) -> None:
-    """The plugin unwinds inner and middle; middle's return address is no code:
-    the backtrace ends there with gdb's corrupt-stack line."""
+    """inner and middle are unwound (gdb's own unwinder, from the symbol file);
+    middle's return address is no code: that frame is shown, as on the twin,
+    and the backtrace ends after it with gdb's corrupt-stack line, where gdb
+    alone on the twin goes on reading invented callers off the stack."""
+    with Gdb(gdb_path, plugin=False, disable_prologue=False,
+             args=["--args", str(smash.twin), kind]) as g:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        twin = parse_bt(g.cmd("bt 4"))[:4]
     with Gdb(gdb_path, disable_prologue=False, args=["--args", str(smash.noeh), kind]) as g:
         g.cmd("break stop_here")
         g.cmd("run")
         text = g.cmd("bt")
         _no_python_errors(text)
-        assert [f.name for f in parse_bt(text)] == ["stop_here", "inner", "middle"], text
+        frames = parse_bt(text)
+        assert [f.name for f in frames] == ["stop_here", "inner", "middle", "??"], text
+        assert [f.pc for f in frames] == [f.pc for f in twin], (text, twin)
         assert text.rstrip().splitlines()[-1] == INNER, text
 
 
