@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -10,6 +11,12 @@ from pathlib import Path
 import pytest
 from helpers import missing
 from helpers.gdbtools import GDBS, gdb_version
+
+# gdb sessions the tests start themselves (batch runs, qemu stubs) make their
+# symbol files before gdb goes on, as helpers.gdbtools.Gdb does: a session
+# sees the DWARF route from its first stop whatever the module's size
+# (test_gdb_route.py tests the default, which makes large ones in a worker).
+os.environ.setdefault("SFRAME_GDB_SYMBOL_FILES", "foreground")
 
 # -- a binary built here, for tests that must not wait for the fixtures ------
 

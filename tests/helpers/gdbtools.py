@@ -120,14 +120,15 @@ class Gdb:
 
     def __init__(self, gdb: str, *, plugin: bool = True, args: list[str] | None = None,
                  cwd: str | None = None, timeout: float = TIMEOUT,
-                 disable_prologue: bool = True, symbol_files: str = "foreground") -> None:
+                 disable_prologue: bool = True, symbol_files: str = "foreground",
+                 env: dict[str, str] | None = None) -> None:
         self.path = gdb
         argv = ["-nx", "-q", "-iex", f"set prompt {PROMPT}",
                 "-iex", "set pagination off", "-iex", "set width 0", "-iex", "set height 0",
                 "-iex", "set confirm off"] + (args or [])
-        env = clean_env()
-        env["SFRAME_GDB_SYMBOL_FILES"] = symbol_files  # "off": the Python unwinder alone
-        self.child = pexpect.spawn(gdb, argv, env=env, cwd=cwd, encoding="utf-8",
+        environment = clean_env() | (env or {})
+        environment["SFRAME_GDB_SYMBOL_FILES"] = symbol_files  # "off": the Python unwinder alone
+        self.child = pexpect.spawn(gdb, argv, env=environment, cwd=cwd, encoding="utf-8",
                                    codec_errors="replace", timeout=timeout, echo=False,
                                    dimensions=(50, 400))
         self.child.expect_exact(PROMPT)

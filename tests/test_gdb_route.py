@@ -1,0 +1,213 @@
+"""Whole gdb sessions on a ``.noeh`` binary with the plugin, against the same
+session on its ``.eh_frame`` twin, compared exactly (every line gdb prints).
+
+The plugin hands each SFrame objfile's rules to gdb's own DWARF unwinder as
+a symbol file (``gdb_plugin/symfiles.py``), so everything that needs gdb's
+own unwinder is the twin's: tail-call frames, entry values, ``info frame``'s
+saved registers, inferior calls through ``<function called from gdb>``,
+``finish`` and ``return``, MI (an IDE's gdb), fork and exec with several
+inferiors, record and reverse execution.
+
+The program is built -O2 -g by the host's gcc and gas (``--gsframe``); the
+twin and the copy without ``.eh_frame`` lie at paths of the same length
+(``twin/sessions``, ``noeh/sessions``), so that the two processes get the
+same stack addresses and only that path differs in what gdb prints.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import need
+from helpers.gdbtools import PLUGIN, Gdb, clean_env, parse_bt
+from helpers.host_programs import FLAGS, SRC
+
+pytestmark = pytest.mark.gdb
+
+LUA = Path(__file__).resolve().parent / "fixtures" / "realprogs" / "lua5.4" / "busid-v3"
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with ``twin/sessions`` and ``noeh/sessions``."""
+    for tool in ("gcc", "objcopy"):
+        if shutil.which(tool) is None:
+            raise AssertionError(f"{tool} is needed (scripts/setup.sh installs it)")
+    root = tmp_path_factory.mktemp("sessions")
+    (root / "twin").mkdir()
+    (root / "noeh").mkdir()
+    flags = [f for f in FLAGS if f != "-g0"] + ["-g"]
+    subprocess.run(["gcc", *flags, "-I", str(SRC), "-o", str(root / "twin" / "sessions"),
+                    str(SRC / "sessions.c")], check=True)
+    subprocess.run(["objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr",
+                    "--remove-section=.debug_frame", str(root / "twin" / "sessions"),
+                    str(root / "noeh" / "sessions")], check=True)
+    return root
+
+
+# What differs between any two runs of a program, with or without the plugin.
+_RUN_NOISE = [(re.compile(r"\b(process|LWP) \d+"), r"\1 N"),
+              (re.compile(r'pid="\d+"'), 'pid="N"'),
+              # When gdb reads a library's separate debug file (libc, ld.so)
+              # depends on which objfile was looked at first: it says so, once.
+              (re.compile(r"^Reading symbols from /usr/lib/debug/\S+\n", re.M), "")]
+
+
+def _normal(text: str) -> str:
+    text = text.replace("noeh/sessions", "twin/sessions")
+    for pattern, replacement in _RUN_NOISE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _no_python_errors(text: str) -> None:
+    assert "Python Exception" not in text and "Traceback" not in text, text
+
+
+def _session(gdb_path: str, root: Path, which: str, commands: list[str],
+             args: str = "") -> list[str]:
+    """Each command's output, with the program's directory written as ``twin``."""
+    plugin = which == "noeh"
+    with Gdb(gdb_path, plugin=plugin, cwd=str(root), args=[f"{which}/sessions"]) as g:
+        if args:
+            g.cmd(f"set args {args}")
+        outs = []
+        for command in commands:
+            out = g.cmd(command)
+            _no_python_errors(out)
+            outs.append(_normal(out))
+        return outs
+
+
+def _same_session(gdb_path: str, root: Path, commands: list[str], args: str = "") -> list[str]:
+    """Run ``commands`` on the twin and on the .noeh copy with the plugin:
+    every command prints the same, and without the plugin the .noeh copy
+    does not (the scenario needs the plugin)."""
+    twin = _session(gdb_path, root, "twin", commands, args)
+    ours = _session(gdb_path, root, "noeh", commands, args)
+    for command, want, got in zip(commands, twin, ours, strict=True):
+        assert got == want, f"{command!r}\n--- twin:\n{want}\n--- plugin:\n{got}"
+    return twin
+
+
+def test_frames_tail_calls_entry_values_info_frame(gdb_path: str, sessions: Path) -> None:
+    out = _same_session(gdb_path, sessions, [
+        "break inner", "run", "bt", "bt full", "info frame", "up", "info frame", "info locals",
+        "p a", "p a@entry", "frame 2", "info frame", "info registers rbx rbp rsp rip",
+        "down", "down", "finish"])
+    frames = parse_bt(out[2])
+    # middle tail-calls inner: gdb's tail-call frame, made from DW_TAG_call_site.
+    assert [f.name for f in frames] == ["inner", "middle", "outer", "main"], out[2]
+    assert "Saved registers:" in out[11] and "rip at 0x" in out[11], out[11]
+    assert "tail call frame" in out[6], out[6]
+    assert "Run till exit from #0" in out[-1], out[-1]
+    # gdb alone on the copy without .eh_frame gets this session wrong.
+    without = _session_without_plugin(gdb_path, sessions, ["break inner", "run", "bt"])
+    assert parse_bt(without[2]) != frames, without[2]
+
+
+def _session_without_plugin(gdb_path: str, root: Path, commands: list[str]) -> list[str]:
+    with Gdb(gdb_path, plugin=False, cwd=str(root), args=["noeh/sessions"]) as g:
+        return [g.cmd(c) for c in commands]
+
+
+def test_inferior_call_stopping_inside(gdb_path: str, sessions: Path) -> None:
+    out = _same_session(gdb_path, sessions, [
+        "break inner", "run", "break hook", "call called(3)", "bt", "up 2", "info frame",
+        "finish", "bt", "print called(5)", "bt 3", "return", "bt 2"])
+    assert "<function called from gdb>" in out[4], out[4]
+    assert "The program being debugged stopped while in a function called from GDB" in out[3]
+
+
+def test_return_and_until(gdb_path: str, sessions: Path) -> None:
+    _same_session(gdb_path, sessions, [
+        "break rec if n == 2", "run", "bt", "tbreak stop_here", "continue", "bt", "up 3",
+        "return", "bt", "next", "next", "bt", "finish"], args="rec 6")
+
+
+def test_fork_exec_two_inferiors(gdb_path: str, sessions: Path) -> None:
+    """The exec'd child and the parent, both mapped at the same addresses: each
+    inferior's frames are its own (no state shared between program spaces)."""
+    out = _same_session(gdb_path, sessions, [
+        "set detach-on-fork off", "set follow-fork-mode child", "break child_chain",
+        "run", "bt", "info inferiors", "inferior 1", "bt", "up", "info frame", "inferior 2",
+        "bt", "finish"], args="fork")
+    assert [f.name for f in parse_bt(out[4])] == ["child_chain", "main"], out[4]
+    assert "main" in [f.name for f in parse_bt(out[7])], out[7]
+
+
+def test_record_and_reverse(gdb_path: str, sessions: Path) -> None:
+    _same_session(gdb_path, sessions, [
+        "break outer", "run", "record full", "stepi 20", "bt", "reverse-stepi 5", "bt",
+        "reverse-finish", "bt", "record stop"])
+
+
+def test_mi_session(gdb_path: str, sessions: Path) -> None:
+    """gdb -i=mi, as IDEs run it: the plugin finds its objfiles through gdb's
+    API (no command output to parse), and every MI record is the twin's."""
+    commands = ["-break-insert inner", "-exec-run", "-stack-info-depth", "-stack-list-frames",
+                "-stack-list-variables --thread 1 --frame 1 --all-values",
+                "-stack-list-arguments --thread 1 1", "-stack-info-frame",
+                "-interpreter-exec console \"bt\"", "-exec-finish", "-stack-list-frames",
+                "-gdb-exit"]
+
+    def run(which: str) -> str:
+        # One command answered "^done" in each (the plugin's lines are dropped below).
+        lines = [f'-interpreter-exec console "source {PLUGIN}"' if which == "noeh"
+                 else "-gdb-set confirm off"]
+        proc = subprocess.run(
+            [gdb_path, "-nx", "-q", "-i=mi", "-iex", "set debuginfod enabled off",
+             f"{which}/sessions"], input="\n".join(lines + commands) + "\n", text=True,
+            capture_output=True, cwd=sessions, env=clean_env(), timeout=120)
+        text = _normal(proc.stdout)
+        # The plugin's own two lines (its source command and what it printed).
+        return "\n".join(line for line in text.splitlines()
+                         if "sframe" not in line and not line.startswith("=library-"))
+    twin, ours = run("twin"), run("noeh")
+    _no_python_errors(ours)
+    assert ours == twin
+    assert '^done,depth="4"' in twin, twin
+
+
+def test_large_module_served_until_its_symbol_file_is_ready(gdb_path: str,
+                                                             tmp_path: Path) -> None:
+    """The default (``auto``) on an objfile too large to make its symbol file
+    before gdb goes on (lua: 705 FDEs): a worker makes it while the Python
+    unwinder serves the objfile, so the first stop's backtrace has the twin's
+    real frames at once; the symbol file is attached at a stop after it is
+    ready, and from then on the frames are the twin's exactly, tail-call
+    frames included. A second session finds it in the cache at once."""
+    program = need(LUA / "lua5.4.noeh")
+    twin_program = need(LUA / "lua5.4")
+    script = str(LUA.parent / "deep.lua")
+    with Gdb(gdb_path, plugin=False, args=[str(twin_program)]) as g:
+        g.cmd("break luaV_finishget")
+        g.cmd(f"run {script}")
+        twin = parse_bt(g.cmd("bt"))
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    with Gdb(gdb_path, symbol_files="auto", env=env, args=[str(program)]) as g:
+        assert "until its symbol file is ready (being made for" in g.cmd("info sframe")
+        g.cmd("break luaV_finishget")
+        g.cmd(f"run {script}")
+        first = g.cmd("bt")
+        _no_python_errors(first)
+        # (No tail-call frame at this stop, so the Python unwinder's frames
+        # can be the twin's.)
+        assert [(f.pc, f.name) for f in parse_bt(first)] == [(f.pc, f.name) for f in twin]
+        # gdb attaches the file when the worker's event reaches it at the prompt.
+        deadline = time.monotonic() + 300
+        while "unwound by gdb's DWARF unwinder" not in (info := g.cmd("info sframe")):
+            assert "no symbol file" not in info, info
+            assert time.monotonic() < deadline, info
+            time.sleep(0.2)
+        assert [(f.pc, f.name) for f in parse_bt(g.cmd("bt"))] == [(f.pc, f.name) for f in twin]
+    assert any(name.endswith(".debug") for name in os.listdir(tmp_path / "cache" / "sframe-gdb"
+                                                               / "symbols"))
+    with Gdb(gdb_path, symbol_files="auto", env=env, args=[str(program)]) as g:
+        assert "unwound by gdb's DWARF unwinder from the symbol file" in g.cmd("info sframe")
