@@ -1,7 +1,11 @@
 """How fast GDB backtraces with the SFrame plugin, against GDB's own DWARF unwinder.
 
 Two measurements, each on ``deep.noeh`` with the plugin and on its twin
-``deep`` (same code, with ``.eh_frame``) under plain gdb, in the same run:
+``deep`` (same code, with ``.eh_frame``) under plain gdb, in the same run.
+The plugin is measured on each of its routes: ``dwarf`` (the default: its
+symbol file attached, gdb's own DWARF unwinder unwinds, the Python unwinder
+only guards against PCs that cannot be code) and ``python`` (no symbol files:
+the Python unwinder, as while a large module's symbol file is being made).
 
 1. ``bt`` of a 10,000-deep recursion (``deep recurse 10000``), timed inside
    gdb with ``time.process_time`` (gdb's CPU time: what the unwinding costs,
@@ -17,10 +21,11 @@ The gdbs of one measurement (native, and the plugin with each ``--saved``
 mode) run side by side and take turns, so that the ratios printed together
 were measured under the same load.
 
-Usage: python -m bench.bench_gdb [--gdb PATH] [--depth N] [--repeat N] [--saved on|off|both]
-(from the checkout). Prints absolute times and the plugin/native ratio
-(target: within 1.25x). ``--saved both`` measures the plugin without and with
-the callee-saved register rules (sframe_core.saved), in the same run.
+Usage: python -m bench.bench_gdb [--gdb PATH] [--depth N] [--repeat N] [--route dwarf|python|both]
+[--saved on|off|both] (from the checkout). Prints absolute times and the
+plugin/native ratio (targets: the DWARF route within 1.05x, the Python
+unwinder within 1.25x). ``--saved both`` measures the Python unwinder without
+and with the callee-saved register rules (sframe_core.saved), in the same run.
 """
 
 from __future__ import annotations
@@ -57,30 +62,36 @@ def _sframe_bench_step(n):
 end"""
 
 
-def _session(gdb: str, program: Path, plugin: bool, saved: bool = True) -> Gdb:
-    g = Gdb(gdb, plugin=plugin, args=[str(program)], timeout=600)
+def _session(gdb: str, program: Path, plugin: bool, saved: bool = True,
+             symbol_files: str = "foreground") -> Gdb:
+    g = Gdb(gdb, plugin=plugin, args=[str(program)], timeout=600, symbol_files=symbol_files)
     if plugin and not saved:
         g.cmd("python import sframe_core.section as s; s.SAVED_REGISTERS = False")
     g.cmd(_TIMER)
     return g
 
 
-def _configs(saved_modes: tuple[bool, ...]) -> list[tuple[str, str, bool, bool]]:
-    """(label, fixture, plugin, saved registers): native first, then the plugin's modes."""
-    return [("native", "deep", False, True)] + [
-        (f"sframe-{'on' if saved else 'off'}", "deep.noeh", True, saved) for saved in saved_modes]
+def _configs(saved_modes: tuple[bool, ...], dwarf: bool = True
+             ) -> list[tuple[str, str, bool, bool, str]]:
+    """(label, fixture, plugin, saved registers, symbol files): native first,
+    then the DWARF route, then the Python unwinder's modes."""
+    return ([("native", "deep", False, True, "off")]
+            + ([("dwarf", "deep.noeh", True, True, "foreground")] if dwarf else [])
+            + [(f"sframe-{'on' if saved else 'off'}", "deep.noeh", True, saved, "off")
+               for saved in saved_modes])
 
 
-def bench_bt(gdb: str, depth: int, repeat: int, saved_modes: tuple[bool, ...] = (True,)
-             ) -> dict[str, tuple[float, int]]:
+def bench_bt(gdb: str, depth: int, repeat: int, saved_modes: tuple[bool, ...] = (True,),
+             dwarf: bool = True) -> dict[str, tuple[float, int]]:
     """Best bt time per configuration. The gdbs run side by side and take
     turns, one bt each per round (after one untimed bt), so that a change in
     the machine's load hits every configuration alike."""
     result: dict[str, tuple[float, int]] = {}
     with ExitStack() as stack:
         sessions = []
-        for label, name, plugin, saved in _configs(saved_modes):
-            g = stack.enter_context(_session(gdb, fixture("x86_64", PRODUCER, name), plugin, saved))
+        for label, name, plugin, saved, files in _configs(saved_modes, dwarf):
+            g = stack.enter_context(_session(gdb, fixture("x86_64", PRODUCER, name), plugin, saved,
+                                             files))
             g.cmd("break stop_here")
             g.cmd(f"run recurse {depth}", timeout=600)
             g.cmd("python _sframe_bench_bt(1)", timeout=600)  # warm: symbols, analysis
@@ -97,13 +108,15 @@ def bench_bt(gdb: str, depth: int, repeat: int, saved_modes: tuple[bool, ...] = 
     return result
 
 
-def bench_step(gdb: str, steps: int, saved_modes: tuple[bool, ...] = (True,)) -> dict[str, float]:
+def bench_step(gdb: str, steps: int, saved_modes: tuple[bool, ...] = (True,),
+               dwarf: bool = True) -> dict[str, float]:
     """Time per stepi+bt, the configurations taking turns ten steps at a time."""
     result: dict[str, float] = {}
     with ExitStack() as stack:
         sessions = []
-        for label, name, plugin, saved in _configs(saved_modes):
-            g = stack.enter_context(_session(gdb, fixture("x86_64", PRODUCER, name), plugin, saved))
+        for label, name, plugin, saved, files in _configs(saved_modes, dwarf):
+            g = stack.enter_context(_session(gdb, fixture("x86_64", PRODUCER, name), plugin, saved,
+                                             files))
             g.cmd("break *f2")
             g.cmd("run")
             sessions.append((label, g))
@@ -127,27 +140,41 @@ def main() -> int:
     parser.add_argument("--depth", type=int, default=10000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--route", choices=("dwarf", "python", "both"), default="both",
+                        help="the plugin's routes to measure (default both)")
     parser.add_argument("--saved", choices=("on", "off", "both"), default="on",
-                        help="callee-saved register rules in the plugin (default on)")
+                        help="callee-saved register rules in the Python unwinder (default on)")
     parser.add_argument("--no-step", action="store_true", help="only the bt measurement")
     args = parser.parse_args()
     gdbs = args.gdb or [p for p in GDBS.values() if gdb_version(p)]
     modes = {"on": (True,), "off": (False,), "both": (False, True)}[args.saved]
+    if args.route == "dwarf":
+        modes = ()
+    dwarf = args.route != "python"
     for gdb in gdbs:
         version = gdb_version(gdb)
         name = f"gdb {version[0]}.{version[1]}" if version else gdb
-        bt = bench_bt(gdb, args.depth, args.repeat, modes)
+        bt = bench_bt(gdb, args.depth, args.repeat, modes, dwarf)
         tn, fn = bt["native"]
+        if dwarf:
+            ts, fs = bt["dwarf"]
+            print(f"{name} (symbol file, gdb's DWARF unwinder): bt of recurse {args.depth}: "
+                  f"native {tn:.3f} s ({fn} frames), sframe {ts:.3f} s ({fs} frames), "
+                  f"ratio {ts / tn:.2f}x", flush=True)
         for saved in modes:
-            tag = f"{name} (saved registers {'on' if saved else 'off'})"
+            tag = f"{name} (Python unwinder, saved registers {'on' if saved else 'off'})"
             ts, fs = bt[f"sframe-{'on' if saved else 'off'}"]
             print(f"{tag}: bt of recurse {args.depth}: native {tn:.3f} s ({fn} frames), "
                   f"sframe {ts:.3f} s ({fs} frames), ratio {ts / tn:.2f}x", flush=True)
         if args.no_step:
             continue
-        st = bench_step(gdb, args.steps, modes)
+        st = bench_step(gdb, args.steps, modes, dwarf)
+        if dwarf:
+            print(f"{name} (symbol file, gdb's DWARF unwinder): stepi+bt per instruction: "
+                  f"native {st['native'] * 1e3:.2f} ms, sframe {st['dwarf'] * 1e3:.2f} ms, "
+                  f"ratio {st['dwarf'] / st['native']:.2f}x", flush=True)
         for saved in modes:
-            tag = f"{name} (saved registers {'on' if saved else 'off'})"
+            tag = f"{name} (Python unwinder, saved registers {'on' if saved else 'off'})"
             ss = st[f"sframe-{'on' if saved else 'off'}"]
             print(f"{tag}: stepi+bt per instruction: native {st['native'] * 1e3:.2f} ms, "
                   f"sframe {ss * 1e3:.2f} ms, ratio {ss / st['native']:.2f}x", flush=True)

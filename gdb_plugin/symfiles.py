@@ -110,6 +110,10 @@ class Routes:
         return {objfile.filename for objfile, route in self.routes(progspace)
                 if route.kind == NATIVE}
 
+    def serves_fallback(self, progspace: object) -> bool:
+        """Does an objfile with SFrame there wait for, or go without, its symbol file?"""
+        return any(route.kind in (PENDING, FALLBACK) for _, route in self.routes(progspace))
+
     # Events --------------------------------------------------------------------
 
     def consider_all(self) -> None:

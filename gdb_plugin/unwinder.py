@@ -356,11 +356,13 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         # one level up, gets the same frame id.
         self._echo: tuple[int, int, int, int] | None = None  # (level, pc, SP, function start)
         # The DWARF route (``symfiles.Routes``), set by ``plugin.register``:
-        # frames in the objfiles it serves are gdb's own. The unwinder still
-        # looks at every frame, for one thing: a PC that cannot be code
-        # (``_not_code``) ends the backtrace instead of gdb's heuristics
-        # reading invented callers off a corrupt stack.
+        # frames in the objfiles it serves are gdb's own. Where it serves
+        # every objfile with SFrame (or there is none), this unwinder looks
+        # at no frame at all, so gdb is exactly what it is on the twin, as
+        # fast (the guard against PCs that cannot be code, ``_not_code``,
+        # then goes too: gdb treats a corrupt stack as it does the twin's).
         self.routes: Routes | None = None
+        self._idle: set[object] = set()  # progspaces where it looks at no frame
 
     # Tables ---------------------------------------------------------------
 
@@ -383,10 +385,12 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
     def forget(self, progspace: object) -> None:
         self._tables.pop(progspace, None)
         self._dirty.discard(progspace)
+        self._idle.discard(progspace)
 
     def route_changed(self, progspace: object) -> None:
         """The DWARF route took or gave up objfiles of ``progspace``."""
         self.mark_dirty(progspace)
+        self._idle.discard(progspace)  # until refresh() looks again
         self._walk = None
 
     def refresh(self, force: bool = False) -> None:
@@ -428,6 +432,11 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         for entry in table.entries:
             entry.native = entry.path in native
         self._tables[progspace] = table
+        if all(entry.native for entry in table.entries) and (
+                routes is None or not routes.serves_fallback(progspace)):
+            self._idle.add(progspace)
+        else:
+            self._idle.discard(progspace)
 
     def _segment_entries(self, paths: set[str], old: dict[tuple[str, int], ObjfileEntry]
                          ) -> list[ObjfileEntry]:
@@ -469,6 +478,8 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
     def __call__(self, pending_frame):
         if self.mode == "off" or self._busy:
             return None
+        if self.mode == "auto" and gdb.current_progspace() in self._idle:
+            return None  # gdb has unwind information for every objfile here
         self._busy = True
         try:
             return self._unwind(pending_frame)
