@@ -53,7 +53,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # What differs between any two runs of a program, with or without the plugin.
 _RUN_NOISE = [(re.compile(r"\b(process|LWP) \d+"), r"\1 N"),
-              (re.compile(r'pid="\d+"'), 'pid="N"'),
+              (re.compile(r'pid="\d+"'), 'pid="N"'), (re.compile(r"\bpid = \d+"), "pid = N"),
               # When gdb reads a library's separate debug file (libc, ld.so)
               # depends on which objfile was looked at first: it says so, once.
               (re.compile(r"^Reading symbols from /usr/lib/debug/\S+\n", re.M), "")]
@@ -211,3 +211,42 @@ def test_large_module_served_until_its_symbol_file_is_ready(gdb_path: str,
                                                                / "symbols"))
     with Gdb(gdb_path, symbol_files="auto", env=env, args=[str(program)]) as g:
         assert "unwound by gdb's DWARF unwinder from the symbol file" in g.cmd("info sframe")
+
+
+def test_core_file(gdb_path: str, sessions: Path) -> None:
+    """A core of each, loaded in a new gdb: the same frames, values and `info frame`."""
+    for which in ("twin", "noeh"):
+        _session(gdb_path, sessions, which, ["break inner", "run", f"gcore {which}.core", "kill"])
+    outs = []
+    for which in ("twin", "noeh"):
+        with Gdb(gdb_path, plugin=which == "noeh", cwd=str(sessions),
+                 args=[f"{which}/sessions", f"{which}.core"]) as g:
+            outs.append([_normal(g.cmd(c)).replace("noeh.core", "twin.core")
+                         for c in ("bt", "bt full", "up", "info frame", "frame 2", "info locals")])
+    assert outs[1] == outs[0]
+    assert [f.name for f in parse_bt(outs[0][0])] == ["inner", "middle", "outer", "main"]
+
+
+@pytest.mark.parametrize("mode", ["remote", "extended-remote"])
+def test_gdbserver(gdb_path: str, sessions: Path, mode: str) -> None:
+    """gdbserver on this machine: ``target remote`` to a program it started,
+    ``target extended-remote`` and ``run``; the frames are the twin's."""
+    gdbserver = shutil.which("gdbserver")
+    if gdbserver is None:
+        raise AssertionError("gdbserver is needed (scripts/setup.sh installs it)")
+    outs = []
+    for which in ("twin", "noeh"):
+        if mode == "remote":
+            target = [f"target remote | {gdbserver} - {which}/sessions"]
+        else:
+            target = [f"target extended-remote | {gdbserver} --multi -",
+                      f"set remote exec-file {which}/sessions"]
+        commands = target + ["break inner", "continue" if mode == "remote" else "run", "bt",
+                             "bt full", "up", "info frame", "finish"]
+        with Gdb(gdb_path, plugin=which == "noeh", cwd=str(sessions),
+                 args=["-iex", "set sysroot /", f"{which}/sessions"]) as g:
+            out = [_normal(g.cmd(c)) for c in commands]
+            _no_python_errors("".join(out))
+            outs.append(out[len(target):])
+    assert outs[1] == outs[0]
+    assert [f.name for f in parse_bt(outs[0][2])] == ["inner", "middle", "outer", "main"], outs[0]
