@@ -36,7 +36,8 @@ __all__ = [
     "AGREES", "CANNOT_SAY", "ERRATUM", "DISAGREES", "NOT_COVERED", "SFRAME_ONLY", "VERDICTS",
     "PLT_EXPRESSION", "CFI_EXPRESSION", "OBJ_AMBIGUOUS", "PLT_GOT_ERRATUM",
     "Function", "Finding", "Report", "verify_file", "compare_rows", "row_key", "plt_cfa",
-    "kernel_findings", "report_lines", "report_json",
+    "kernel_findings", "report_lines", "report_json", "safe_verify", "walk_elves",
+    "NothingToCompare", "Unreadable",
 ]
 
 # -- Verdicts ----------------------------------------------------------------
@@ -84,6 +85,8 @@ KNOWN_UNSAYABLE = "unsayable"
 KNOWN_PLT = "plt"
 KNOWN_STATIC = "static-archive"
 
+# glibc's crt1.o: start.S (_start) and, in non-PIE executables, static-reloc.c.
+_CRT1 = frozenset({"_start", "_dl_relocate_static_pie"})
 _PLT_SECTIONS = frozenset({".plt", ".plt.got", ".plt.sec", ".iplt", ".plt.bnd"})
 _SHF_EXECINSTR = 4
 
@@ -213,7 +216,7 @@ def compare_rows(srows: Sequence[Row], drows: Sequence[Row], lo: int, hi: int, a
     reasons: set[str] = set()
     compared = only = 0
     i = j = 0
-    for a, b in zip(points, points[1:]):
+    for a, b in zip(points, points[1:], strict=False):
         while i < len(srows) and srows[i].end <= a:
             i += 1
         while j < len(drows) and drows[j].end <= a:
@@ -362,7 +365,7 @@ def verify_file(path: str, *, against: str | None = None, kernel: bool = False) 
     info = read_elf(path)
     section = info.open()
     if section is None:
-        raise FileError(f"{path}: no .sframe section")
+        raise NothingToCompare(f"{path}: no .sframe section")
     section.saved_registers = False  # rows of CFA, RA and FP only: what CFI is compared on
     cfi_path = against or path
     if against is not None:
@@ -370,7 +373,7 @@ def verify_file(path: str, *, against: str | None = None, kernel: bool = False) 
         if not (other.has_eh_frame or other.has_debug_frame):
             raise FileError(f"{against}: no .eh_frame or .debug_frame")
     elif not (info.has_eh_frame or info.has_debug_frame):
-        raise FileError(f"{path}: no .eh_frame or .debug_frame to verify against "
+        raise NothingToCompare(f"{path}: no .eh_frame or .debug_frame to verify against "
                         "(give the debug file with --against FILE)")
     table = CFITable(cfi_path)
     layout = _layout(path)
@@ -393,13 +396,13 @@ def _structure(section: SFrameSection, fdes: list[FDE], relocatable: bool, name:
                ) -> Iterator[Finding]:
     """A false SORTED flag, overlapping FDEs, FREs at their function's end."""
     hdr = section.header
-    for prev, fde in zip(fdes, fdes[1:]):
+    for prev, fde in zip(fdes, fdes[1:], strict=False):
         if hdr.sorted and fde.start < prev.start:
             yield Finding("unsorted", fde.start, name(fde.start),
                           f"FDE {fde.index} starts at {fde.start:#x}, before FDE {prev.index} "
                           f"({prev.start:#x}), but the header says SFRAME_F_FDE_SORTED")
     ordered = sorted(fdes, key=lambda f: (f.start, f.index))
-    for prev, fde in zip(ordered, ordered[1:]):
+    for prev, fde in zip(ordered, ordered[1:], strict=False):
         if fde.start < prev.end and not relocatable and prev.size and fde.size:
             yield Finding("overlap", fde.start, name(fde.start),
                           f"FDE {fde.index} ({fde.start:#x}-{fde.end:#x}) overlaps FDE "
@@ -421,7 +424,7 @@ def _compare_all(info: ElfSFrame, section: SFrameSection, table: CFITable,
     ordered = sorted(fdes, key=lambda f: (f.start, f.index))
     ambiguous: set[int] = set()
     if info.is_relocatable:
-        for prev, fde in zip(ordered, ordered[1:]):
+        for prev, fde in zip(ordered, ordered[1:], strict=False):
             if fde.start < prev.end:
                 ambiguous |= {prev.index, fde.index}
         for k, cf in enumerate(cfi_funcs[1:], 1):
@@ -489,9 +492,9 @@ def _verify_fde(section: SFrameSection, table: CFITable, fde: FDE, cfi_funcs: li
 def _known_uncovered(info: ElfSFrame, section: SFrameSection, table: CFITable,
                      cf: _CFIFunc, layout: _Layout, label: str | None) -> tuple[str, str] | None:
     """(kind, words) of a known reason for a whole function without SFrame, or None."""
-    if not info.is_relocatable and (cf.start == info.entry or label == "_start"):
-        return KNOWN_ENTRY, ("the entry point (_start, from crt1.o, which the C library "
-                             "assembles without --gsframe)")
+    if not info.is_relocatable and (cf.start == info.entry or label in _CRT1):
+        return KNOWN_ENTRY, (f"{label or '_start'} from crt1.o (the entry code, which the C "
+                             "library assembles without --gsframe)")
     sec_name = _section_of(layout, cf.start)
     if sec_name in _PLT_SECTIONS:
         return KNOWN_PLT, f"linker-made {sec_name} stubs the linker gave no SFrame FDE"
@@ -600,7 +603,7 @@ def kernel_findings(info: ElfSFrame, section: SFrameSection, layout: _Layout, na
     out: list[Finding] = []
 
     def refuse(kind: str, pc: int | None, text: str) -> None:
-        if all(f.kind != kind for f in out):
+        if all(f.kind != f"kernel-{kind}" for f in out):
             out.append(Finding(f"kernel-{kind}", pc, name(pc) if pc is not None else None,
                                f"kernel: {text}"))
 
@@ -661,8 +664,10 @@ def kernel_findings(info: ElfSFrame, section: SFrameSection, layout: _Layout, na
             count = len(fre.words)
             allowed = (0, 1, 2) if fixed_ra else (0, 2, 3)
             if not (hdr.version == 3 and fde.flex) and count not in allowed:
+                why = (" (the CFA alone: __read_fre wants an RA word when the header has no "
+                       "fixed RA offset)") if count == 1 else " (__read_fre)"
                 refuse("words", pc, f"FDE {index} FRE {k} has {count} data words, the kernel "
-                                    f"reads {', '.join(map(str, allowed[1:]))} (__read_fre)")
+                                    f"reads {' or '.join(map(str, allowed))}{why}")
     return out
 
 
@@ -690,10 +695,17 @@ def _verdict_words(func: Function) -> str:
 def report_lines(report: Report, *, verbose: bool = False) -> list[str]:
     """binutils style: ``FILE: 0xPC FUNCTION: what``, one line per finding, then a summary."""
     lines = []
+    static = [f for f in report.functions if f.verdict == NOT_COVERED and f.known
+              and f.reasons == (KNOWN_STATIC,)]
     for func in report.functions:
-        if func.verdict == AGREES and not verbose:
+        if (func.verdict == AGREES or func.reasons == (KNOWN_STATIC,)) and not verbose:
             continue
         lines.append(f"{report.path}: {func.pc:#x} {func.name or '??'}: {_verdict_words(func)}")
+    if static and not verbose:
+        size = sum(f.end - f.start for f in static)
+        lines.append(f"{report.path}: {static[0].start:#x} {static[0].name or '??'}: not covered "
+                     f"(known: {static[0].detail}): {len(static)} functions, {size} bytes "
+                     "(-v lists them)")
     for finding in (*report.findings, *(report.kernel or ())):
         where = f"{finding.pc:#x} {finding.name or '??'}: " if finding.pc is not None else ""
         severity = "" if finding.fatal else "warning: "
@@ -743,18 +755,31 @@ def is_elf(path: str) -> bool:
         return False
 
 
-def safe_verify(path: str, against: str | None, kernel: bool) -> Report | str:
+class NothingToCompare(FileError):
+    """The file has no ``.sframe``, or no CFI to compare it with: nothing to verify."""
+
+
+class Unreadable(NamedTuple):
+    """A file ``verify_file`` could not check, in one line; ``skip``: it has
+    nothing to compare (``verify -r`` counts those instead of failing)."""
+
+    text: str
+    skip: bool = False
+
+
+def safe_verify(path: str, against: str | None, kernel: bool) -> Report | Unreadable:
     """``verify_file``, with any failure to read worded in one line (for worker processes)."""
     try:
         return verify_file(path, against=against, kernel=kernel)
     except SFrameError as exc:
         text = str(exc)
-        return text if text.startswith(f"{path}:") or (against and text.startswith(against)) \
-            else f"{path}: {text}"
+        if not (text.startswith(f"{path}:") or (against and text.startswith(against))):
+            text = f"{path}: {text}"
+        return Unreadable(text, isinstance(exc, NothingToCompare))
     except OSError as exc:
-        return f"{path}: {exc.strerror or exc}"
+        return Unreadable(f"{path}: {exc.strerror or exc}")
     except foreign_errors() as exc:
-        return f"{path}: malformed ELF file: {exc}"
+        return Unreadable(f"{path}: malformed ELF file: {exc}")
 
 
 def walk_elves(directory: str) -> list[str]:
