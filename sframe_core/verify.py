@@ -547,6 +547,9 @@ def _uncovered(info: ElfSFrame, section: SFrameSection, ordered: list[FDE],
             continue
         if pieces == [(cf.start, cf.end)]:
             label = name(cf.start)
+            if cf.start == info.entry and not info.is_relocatable and (
+                    label is None or label.startswith(".")):
+                label = "_start"  # s390x's crt1.o gives it no size
             known = _known_uncovered(info, section, table, cf, layout, label)
             if known is not None:
                 out.append(Function(cf.start, cf.end, label, NOT_COVERED, cf.start, (known[0],),
