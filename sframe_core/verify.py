@@ -133,6 +133,16 @@ class Report(NamedTuple):
     functions: tuple[Function, ...]
     findings: tuple[Finding, ...]
     kernel: tuple[Finding, ...] | None = None  # None: not asked
+    # .o files: (base, size, section) of each text section as laid out here;
+    # addresses print as section offsets (``.text+0x40``).
+    spans: tuple[tuple[int, int, str], ...] = ()
+
+    def where(self, pc: int) -> str:
+        """``0x...``, or in a ``.o`` ``SECTION+0x...``."""
+        for base, size, sec_name in self.spans:
+            if base <= pc <= base + size:
+                return f"{sec_name}+{pc - base:#x}"
+        return f"{pc:#x}"
 
     @property
     def failed(self) -> bool:
@@ -292,26 +302,102 @@ def _layout(path: str) -> _Layout:
 class _CFIFunc(NamedTuple):
     start: int
     end: int
+    ref: Any  # cfi.py's FDE reference
+    shift: int = 0  # .o files: the base its text section was laid out at
 
 
-def _cfi_functions(table: CFITable, relocatable: bool) -> list[_CFIFunc]:
+class _Object(NamedTuple):
+    """A relocatable object laid out for comparison: each text section at its
+    own base (they all start at 0 in the file), so functions of ``.text`` and
+    ``.text.startup`` no longer share addresses. FDE start fields are mapped
+    to their text section through the relocations on them."""
+
+    bases: dict[int, int]  # section index -> base
+    spans: tuple[tuple[int, int, str], ...]  # (base, size, section name)
+    sframe: dict[int, int]  # .sframe offset of a start field -> section index
+    eh_frame: dict[int, int]  # .eh_frame offset of an FDE's pc_begin -> section index
+    symbols: tuple[Any, ...]  # Symbol records at laid-out addresses
+
+
+_OBJECT_BASE = 0x10000
+
+
+def _object(path: str) -> _Object:
+    from elftools.elf.elffile import ELFFile
+
+    from .files import open_elf
+    from .symbols import Symbol
+
+    with reading_elf(path), open_elf(path) as stream:
+        elf = ELFFile(stream)
+        bases: dict[int, int] = {}
+        spans = []
+        at = _OBJECT_BASE
+        targets: dict[int, str] = {}
+        for index, sec in enumerate(elf.iter_sections()):
+            if sec["sh_flags"] & _SHF_EXECINSTR and sec["sh_type"] != "SHT_NOBITS":
+                bases[index] = at
+                spans.append((at, sec["sh_size"], sec.name))
+                at += (sec["sh_size"] + 0xFFF) & ~0xFFF or 0x1000
+            elif sec.name in (".sframe", ".eh_frame"):
+                targets[index] = sec.name
+        maps: dict[str, dict[int, int]] = {".sframe": {}, ".eh_frame": {}}
+        symbols = []
+        other: Any
+        for other in elf.iter_sections():
+            sec = other  # relocation and symbol sections: pyelftools' subclasses
+            if sec["sh_type"] in ("SHT_RELA", "SHT_REL") and sec["sh_info"] in targets:
+                symtab: Any = elf.get_section(sec["sh_link"])
+                out = maps[targets[sec["sh_info"]]]
+                for rel in sec.iter_relocations():
+                    out[rel["r_offset"]] = symtab.get_symbol(rel["r_info_sym"])["st_shndx"]
+            elif sec["sh_type"] == "SHT_SYMTAB":
+                for sym in sec.iter_symbols():
+                    shndx = sym["st_shndx"]
+                    if (sym["st_info"]["type"] == "STT_FUNC" and isinstance(shndx, int)
+                            and shndx in bases and sym["st_size"]):
+                        symbols.append(Symbol(bases[shndx] + sym["st_value"], sym["st_size"],
+                                              sym.name))
+    return _Object(bases, tuple(spans), maps[".sframe"], maps[".eh_frame"], tuple(symbols))
+
+
+def _cfi_functions(table: CFITable, obj: _Object | None) -> list[_CFIFunc]:
     """The CFI's FDE ranges, sorted; ``.debug_frame`` ones under an ``.eh_frame``
     one dropped (the table prefers ``.eh_frame``), as are the address-0 FDEs
-    of discarded functions in linked files."""
+    of discarded functions in linked files; in a ``.o``, each at its text
+    section's base."""
     index = table._load()  # the one parse of the CFI; rows are decoded per function below
     out: list[_CFIFunc] = []
     eh = sorted((r.start, r.end) for r in index.fdes if r.source == "eh_frame")
     eh_starts = [s for s, _ in eh]
     for ref in index.fdes:
-        if ref.start == 0 and not relocatable:
+        if obj is not None:
+            # pc_begin follows the length and CIE pointer words (32-bit DWARF).
+            shndx = obj.eh_frame.get(ref.entry.offset + 8) if ref.source == "eh_frame" else None
+            shift = obj.bases.get(shndx, 0) if shndx is not None else 0
+            out.append(_CFIFunc(ref.start + shift, ref.end + shift, ref, shift))
+            continue
+        if ref.start == 0:
             continue
         if ref.source != "eh_frame":
             k = bisect.bisect_right(eh_starts, ref.start) - 1
             if k >= 0 and eh[k][0] <= ref.start < eh[k][1]:
                 continue
-        out.append(_CFIFunc(ref.start, ref.end))
-    out.sort()
+        out.append(_CFIFunc(ref.start, ref.end, ref))
+    out.sort(key=lambda c: (c.start, c.end))
     return out
+
+
+def _cfi_rows(table: CFITable, cf: _CFIFunc) -> list[Row]:
+    """The rows of one CFI FDE, at the addresses it was laid out at."""
+    try:
+        if not cf.shift:
+            return table.fde_rows(cf.start)
+        rows = table._decode(cf.ref)  # by reference: in a .o its address is not unique
+    except FormatError as exc:
+        raise FormatError(f"{table.name}: {exc}") from None
+    return [r._replace(start=r.start + cf.shift, end=r.end + cf.shift,
+                       func_start=r.func_start + cf.shift) for r in rows]
 
 
 def _clip(rows: Iterable[Row], lo: int, hi: int) -> list[Row]:
@@ -377,53 +463,70 @@ def verify_file(path: str, *, against: str | None = None, kernel: bool = False) 
                         "(give the debug file with --against FILE)")
     table = CFITable(cfi_path)
     layout = _layout(path)
-    symbols = SymbolTable.from_file(path)
-    if against is not None and not symbols.symbols:
-        symbols = SymbolTable.from_file(against)
+    obj = _object(path) if info.is_relocatable and against is None else None
+    if obj is not None:
+        symbols = SymbolTable(obj.symbols)
+        layout = layout._replace(sections=tuple((name, base, size, True)
+                                                for base, size, name in obj.spans))
+    else:
+        symbols = SymbolTable.from_file(path)
+        if against is not None and not symbols.symbols:
+            symbols = SymbolTable.from_file(against)
     name = _namer(symbols, layout)
     try:
-        cfi_funcs = _cfi_functions(table, info.is_relocatable)
+        cfi_funcs = _cfi_functions(table, obj)
     except FormatError as exc:
         raise FormatError(f"{cfi_path}: {exc}") from None
-    functions, findings = _compare_all(info, section, table, cfi_funcs, layout, name)
+    functions, findings = _compare_all(info, section, table, cfi_funcs, layout, name, obj)
     if layout.sframe_section is not None and not info.is_relocatable:
         findings += _segment_findings(layout)
     return Report(path, section.version, section.arch.name, tuple(functions), tuple(findings),
-                  tuple(kernel_findings(info, section, layout, name)) if kernel else None)
+                  tuple(kernel_findings(info, section, layout, name)) if kernel else None,
+                  obj.spans if obj is not None else ())
 
 
-def _structure(section: SFrameSection, fdes: list[FDE], relocatable: bool, name: Any
-               ) -> Iterator[Finding]:
-    """A false SORTED flag, overlapping FDEs, FREs at their function's end."""
+def _structure(section: SFrameSection, fdes: list[FDE], relocatable: bool, unplaced: bool,
+               name: Any) -> Iterator[Finding]:
+    """A false SORTED flag (linked files: ld sorts), overlapping FDEs (not in a
+    ``.o`` whose FDEs could not all be placed in their sections)."""
     hdr = section.header
     for prev, fde in zip(fdes, fdes[1:], strict=False):
-        if hdr.sorted and fde.start < prev.start:
+        if hdr.sorted and not relocatable and fde.start < prev.start:
             yield Finding("unsorted", fde.start, name(fde.start),
                           f"FDE {fde.index} starts at {fde.start:#x}, before FDE {prev.index} "
                           f"({prev.start:#x}), but the header says SFRAME_F_FDE_SORTED")
     ordered = sorted(fdes, key=lambda f: (f.start, f.index))
     for prev, fde in zip(ordered, ordered[1:], strict=False):
-        if fde.start < prev.end and not relocatable and prev.size and fde.size:
+        if fde.start < prev.end and not unplaced and prev.size and fde.size:
             yield Finding("overlap", fde.start, name(fde.start),
                           f"FDE {fde.index} ({fde.start:#x}-{fde.end:#x}) overlaps FDE "
                           f"{prev.index} ({prev.start:#x}-{prev.end:#x})")
 
 
 def _compare_all(info: ElfSFrame, section: SFrameSection, table: CFITable,
-                 cfi_funcs: list[_CFIFunc], layout: _Layout, name: Any
+                 cfi_funcs: list[_CFIFunc], layout: _Layout, name: Any, obj: _Object | None
                  ) -> tuple[list[Function], list[Finding]]:
     arch, version = section.arch, section.version
     findings: list[Finding] = []
     fdes: list[FDE] = []
+    unplaced = False  # a .o FDE whose text section no relocation names
     for index in range(section.num_fdes):
         try:
-            fdes.append(section.get_fde(index))
+            fde = section.get_fde(index)
         except FormatError as exc:
             findings.append(Finding("fde", None, None, f"FDE {index}: {exc}"))
-    findings += _structure(section, fdes, info.is_relocatable, name)
+            continue
+        if obj is not None:
+            shndx = obj.sframe.get(fde.offset)
+            unplaced = unplaced or shndx not in obj.bases
+            # rows follow fde.start: shifting it lays the function out at its section's base
+            fde = fde._replace(start=fde.start + obj.bases.get(shndx, 0) if shndx is not None
+                               else fde.start)
+        fdes.append(fde)
+    findings += _structure(section, fdes, info.is_relocatable, unplaced, name)
     ordered = sorted(fdes, key=lambda f: (f.start, f.index))
     ambiguous: set[int] = set()
-    if info.is_relocatable:
+    if info.is_relocatable and unplaced:
         for prev, fde in zip(ordered, ordered[1:], strict=False):
             if fde.start < prev.end:
                 ambiguous |= {prev.index, fde.index}
@@ -467,11 +570,7 @@ def _verify_fde(section: SFrameSection, table: CFITable, fde: FDE, cfi_funcs: li
     while k < len(cfi_funcs) and cfi_funcs[k].start < fde.end:
         cf = cfi_funcs[k]
         if cf.end > fde.start:
-            try:
-                drows += _clip(table.fde_rows(cf.start), max(cf.start, fde.start),
-                               min(cf.end, fde.end))
-            except FormatError as exc:
-                raise FormatError(f"{table.name}: {exc}") from None
+            drows += _clip(_cfi_rows(table, cf), max(cf.start, fde.start), min(cf.end, fde.end))
         k += 1
     drows.sort(key=lambda r: r.start)
     bad, detail, reasons, compared, only = compare_rows(
@@ -499,7 +598,7 @@ def _known_uncovered(info: ElfSFrame, section: SFrameSection, table: CFITable,
     if sec_name in _PLT_SECTIONS:
         return KNOWN_PLT, f"linker-made {sec_name} stubs the linker gave no SFrame FDE"
     try:
-        rows = table.fde_rows(cf.start)
+        rows = _cfi_rows(table, cf)
     except FormatError:
         rows = []
     for row in rows:
@@ -677,7 +776,7 @@ def kernel_findings(info: ElfSFrame, section: SFrameSection, layout: _Layout, na
 # -- Output -------------------------------------------------------------------------
 
 
-def _verdict_words(func: Function) -> str:
+def _verdict_words(func: Function, report: Report) -> str:
     reasons = ", ".join(_REASONS.get(r, r) for r in func.reasons)
     if func.verdict == AGREES:
         return "agrees"
@@ -688,11 +787,11 @@ def _verdict_words(func: Function) -> str:
     if func.verdict == DISAGREES:
         return f"DISAGREES: {func.detail}"
     if func.verdict == NOT_COVERED:
-        where = f"{func.start:#x}-{func.end:#x}"
+        where = f"{report.where(func.start)}-{report.where(func.end)}"
         if func.known:
             return f"not covered ({where}, known: {func.detail})"
         return f"not covered: {func.detail}"
-    return f"SFrame only ({func.start:#x}-{func.end:#x}): {func.detail}"
+    return f"SFrame only ({report.where(func.start)}-{report.where(func.end)}): {func.detail}"
 
 
 def report_lines(report: Report, *, verbose: bool = False) -> list[str]:
@@ -703,14 +802,16 @@ def report_lines(report: Report, *, verbose: bool = False) -> list[str]:
     for func in report.functions:
         if (func.verdict == AGREES or func.reasons == (KNOWN_STATIC,)) and not verbose:
             continue
-        lines.append(f"{report.path}: {func.pc:#x} {func.name or '??'}: {_verdict_words(func)}")
+        lines.append(f"{report.path}: {report.where(func.pc)} {func.name or '??'}: "
+                     f"{_verdict_words(func, report)}")
     if static and not verbose:
         size = sum(f.end - f.start for f in static)
         lines.append(f"{report.path}: {static[0].start:#x} {static[0].name or '??'}: not covered "
                      f"(known: {static[0].detail}): {len(static)} functions, {size} bytes "
                      "(-v lists them)")
     for finding in (*report.findings, *(report.kernel or ())):
-        where = f"{finding.pc:#x} {finding.name or '??'}: " if finding.pc is not None else ""
+        where = (f"{report.where(finding.pc)} {finding.name or '??'}: "
+                 if finding.pc is not None else "")
         severity = "" if finding.fatal else "warning: "
         lines.append(f"{report.path}: {where}{severity}{finding.text}")
     c = report.counts()
@@ -741,7 +842,8 @@ def report_json(report: Report) -> dict[str, Any]:
         "counts": report.counts(),
         "functions": [{"start": f.start, "end": f.end, "name": f.name, "verdict": f.verdict,
                        "pc": f.pc, "reasons": list(f.reasons), "known": f.known,
-                       "detail": f.detail, "text": _verdict_words(f)}
+                       "detail": f.detail, "where": report.where(f.pc),
+                       "text": _verdict_words(f, report)}
                       for f in report.functions],
         "findings": [_finding_json(f) for f in report.findings],
         "kernel": None if report.kernel is None else {
