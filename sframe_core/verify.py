@@ -769,7 +769,7 @@ def kernel_findings(info: ElfSFrame, section: SFrameSection, layout: _Layout, na
                 why = (" (the CFA alone: __read_fre wants an RA word when the header has no "
                        "fixed RA offset)") if count == 1 else " (__read_fre)"
                 refuse("words", pc, f"FDE {index} FRE {k} has {count} data words, the kernel "
-                                    f"reads {' or '.join(map(str, allowed))}{why}")
+                                    f"reads {allowed[0]}, {allowed[1]} or {allowed[2]}{why}")
     return out
 
 

@@ -258,6 +258,37 @@ def test_fde_cut_short(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
             f"{start:#x} ends at {start + 40:#x})") in out
 
 
+def test_fre_past_its_function(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    section, fde = _fde(need(DEEP_V3), "f2")
+    fre = section.get_fres(fde)[4]
+    assert (fre.start, fde.size) == (96, 108)
+    bad = planted(tmp_path, DEEP_V3, [(fre.offset, bytes([120]))], "past")
+    status, out, _ = _run(["verify", str(bad)], capsys)
+    error = (f"FDE {fde.index}: FRE 4 starts at 0x78, past the function's size 0x6c (at offset "
+             f"{fre.offset:#x})")
+    assert status == 1
+    assert f"{bad}: {fde.start:#x} f2: DISAGREES: its FREs do not decode: {error}" in out
+    assert f"{bad}: {fde.start:#x} f2: {error}" in out
+
+
+def test_pt_gnu_sframe_not_covering(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = bytearray(need(DEEP_V3).read_bytes())
+    with open(DEEP_V3, "rb") as stream:
+        elf = ELFFile(stream)
+        sframe = elf.get_section_by_name(".sframe")
+        addr, size = sframe["sh_addr"], sframe["sh_size"]
+        k = next(i for i, seg in enumerate(elf.iter_segments())
+                 if seg["p_type"] in (0x6474E554, "PT_GNU_SFRAME"))
+        at = elf["e_phoff"] + k * elf["e_phentsize"]
+    struct.pack_into("<QQ", data, at + 32, 8, 8)  # p_filesz, p_memsz: 8 bytes only
+    bad = tmp_path / "segment"
+    bad.write_bytes(bytes(data))
+    status, out, _ = _run(["verify", str(bad)], capsys)
+    assert status == 1
+    assert f"{bad}: {addr:#x} .sframe: PT_GNU_SFRAME ({addr:#x}-{addr + 8:#x}) does not cover " \
+        f"the .sframe section ({addr:#x}-{addr + size:#x})" in out
+
+
 def _v3_start_field(section: SFrameSection, index: int, start: int) -> tuple[int, bytes]:
     """The start field of v3 FDE ``index`` saying ``start`` (PC-relative to the field)."""
     offset = section.header.fde_base + index * 16
