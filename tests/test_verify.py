@@ -11,14 +11,18 @@ each fail with the function and the first wrong PC named.
 from __future__ import annotations
 
 import json
+import os
+import pty
 import shutil
 import struct
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from helpers import FIXTURES, need
+from helpers import FIXTURES, ROOT, need
 from helpers.manifest import manifest_params, require
 from helpers.realprogs import builds
 
@@ -417,3 +421,31 @@ def test_recursive_mix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     (tree / "broken").write_bytes(DEEP_V3.read_bytes()[:4096])
     status, out, err = _run(["verify", "-r", str(tree)], capsys)
     assert status == 2 and err.count("\n") == 1 and err.startswith(f"sframe: {tree / 'broken'}: ")
+
+
+def test_recursive_progress_only_on_a_terminal(tmp_path: Path) -> None:
+    """stderr a terminal: a progress line; not one (test_recursive_mix): nothing."""
+    for name in ("a", "b"):
+        shutil.copy(need(DEEP_V3), tmp_path / name)
+    leader, follower = pty.openpty()
+    try:
+        run = subprocess.run([sys.executable, "-m", "sframe_core", "verify", "-r", "-j", "2",
+                              str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=follower,
+                             text=True, timeout=120)
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(leader)
+    assert run.returncode == 0, run.stdout
+    assert b"\r[1/2] " in shown and b"\r[2/2] " in shown
+    assert run.stdout.splitlines()[-1] == ("sframe verify: 2 files verified: 2 OK, 0 FAIL; "
+                                           "0 unreadable; 0 skipped (no .sframe, or no CFI to "
+                                           "compare)")
