@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .abi import AMD64, Arch
@@ -321,6 +321,9 @@ class _Object(NamedTuple):
 
 _OBJECT_BASE = 0x10000
 
+# A function's name (``f4``, ``f4+0x10``, or its section's: ``.plt``) at an address.
+Namer = Callable[[int], "str | None"]
+
 
 def _object(path: str) -> _Object:
     from elftools.elf.elffile import ELFFile
@@ -423,7 +426,7 @@ def _erratum(section: SFrameSection, fde: FDE) -> bool:
     return False
 
 
-def _namer(symbols: SymbolTable, layout: _Layout) -> Any:
+def _namer(symbols: SymbolTable, layout: _Layout) -> Namer:
     def name(pc: int) -> str | None:
         hit = symbols.lookup(pc)
         if hit is not None:
@@ -486,7 +489,7 @@ def verify_file(path: str, *, against: str | None = None, kernel: bool = False) 
 
 
 def _structure(section: SFrameSection, fdes: list[FDE], relocatable: bool, unplaced: bool,
-               name: Any) -> Iterator[Finding]:
+               name: Namer) -> Iterator[Finding]:
     """A false SORTED flag (linked files: ld sorts), overlapping FDEs (not in a
     ``.o`` whose FDEs could not all be placed in their sections)."""
     hdr = section.header
@@ -504,7 +507,7 @@ def _structure(section: SFrameSection, fdes: list[FDE], relocatable: bool, unpla
 
 
 def _compare_all(info: ElfSFrame, section: SFrameSection, table: CFITable,
-                 cfi_funcs: list[_CFIFunc], layout: _Layout, name: Any, obj: _Object | None
+                 cfi_funcs: list[_CFIFunc], layout: _Layout, name: Namer, obj: _Object | None
                  ) -> tuple[list[Function], list[Finding]]:
     arch, version = section.arch, section.version
     findings: list[Finding] = []
@@ -545,7 +548,7 @@ def _compare_all(info: ElfSFrame, section: SFrameSection, table: CFITable,
 
 
 def _verify_fde(section: SFrameSection, table: CFITable, fde: FDE, cfi_funcs: list[_CFIFunc],
-                cfi_starts: list[int], ambiguous: bool, arch: Arch, version: int, name: Any,
+                cfi_starts: list[int], ambiguous: bool, arch: Arch, version: int, name: Namer,
                 findings: list[Finding]) -> Function:
     label = name(fde.start)
     if ambiguous:
@@ -612,7 +615,7 @@ def _known_uncovered(info: ElfSFrame, section: SFrameSection, table: CFITable,
 
 
 def _uncovered(info: ElfSFrame, section: SFrameSection, ordered: list[FDE],
-               cfi_funcs: list[_CFIFunc], table: CFITable, layout: _Layout, name: Any,
+               cfi_funcs: list[_CFIFunc], table: CFITable, layout: _Layout, name: Namer,
                ambiguous: set[int]) -> list[Function]:
     """CFI ranges no SFrame FDE covers: whole functions get their own verdict;
     a piece of a function SFrame covers in part is reported on that function."""
@@ -693,7 +696,7 @@ def _segment_findings(layout: _Layout) -> list[Finding]:
 # -- The kernel's reader ------------------------------------------------------------
 
 
-def kernel_findings(info: ElfSFrame, section: SFrameSection, layout: _Layout, name: Any
+def kernel_findings(info: ElfSFrame, section: SFrameSection, layout: _Layout, name: Namer
                     ) -> list[Finding]:
     """Why Linux's SFrame unwinder (kernel/unwind/sframe.c) would refuse the section.
 
