@@ -364,6 +364,21 @@ def _object(path: str) -> _Object:
     return _Object(bases, tuple(spans), maps[".sframe"], maps[".eh_frame"], tuple(symbols))
 
 
+class _ObjectCFI(CFITable):
+    """A ``.o``'s CFI from ``.eh_frame`` alone.
+
+    LLVM's assembler writes ``.debug_frame`` beside ``.eh_frame`` when asked for
+    SFrame (clang 22 ``-Wa,--gsframe``), with absolute relocations the
+    ``.o`` relocation code (elf.py) does not apply; ``.eh_frame`` says the same
+    and is what the linked file will carry.
+    """
+
+    def _read_section(self, elf: Any, section: Any, source: str) -> list[Any]:
+        if source == "debug_frame":
+            return []
+        return super()._read_section(elf, section, source)
+
+
 def _cfi_functions(table: CFITable, obj: _Object | None) -> list[_CFIFunc]:
     """The CFI's FDE ranges, sorted; ``.debug_frame`` ones under an ``.eh_frame``
     one dropped (the table prefers ``.eh_frame``), as are the address-0 FDEs
@@ -464,7 +479,8 @@ def verify_file(path: str, *, against: str | None = None, kernel: bool = False) 
     elif not (info.has_eh_frame or info.has_debug_frame):
         raise NothingToCompare(f"{path}: no .eh_frame or .debug_frame to verify against "
                         "(give the debug file with --against FILE)")
-    table = CFITable(cfi_path)
+    table = _ObjectCFI(cfi_path) if info.is_relocatable and info.has_eh_frame \
+        and against is None else CFITable(cfi_path)
     layout = _layout(path)
     obj = _object(path) if info.is_relocatable and against is None else None
     if obj is not None:
