@@ -557,8 +557,15 @@ def _compare_all(info: ElfSFrame, section: SFrameSection, table: CFITable,
     for fde in ordered:
         functions.append(_verify_fde(section, table, fde, cfi_funcs, cfi_starts,
                                      fde.index in ambiguous, arch, version, name, findings))
-    functions += _uncovered(info, section, ordered, cfi_funcs, table, layout, name,
-                            ambiguous)
+    # One verdict per function: a piece of a function SFrame covers in part
+    # becomes that function's verdict, unless it already disagrees.
+    by_range = {(f.start, f.end): k for k, f in enumerate(functions)}
+    for func in _uncovered(info, section, ordered, cfi_funcs, table, layout, name, ambiguous):
+        k = by_range.get((func.start, func.end), -1)
+        if k < 0:
+            functions.append(func)
+        elif functions[k].verdict != DISAGREES:
+            functions[k] = func._replace(name=functions[k].name)
     functions.sort(key=lambda f: (f.start, f.end))
     return functions, findings
 
@@ -684,8 +691,10 @@ def _uncovered(info: ElfSFrame, section: SFrameSection, ordered: list[FDE],
         text = ", ".join(f"{a:#x}-{b:#x}" for a, b in pieces)
         if owner is not None and owner.index in ambiguous:
             continue
-        out.append(Function(pieces[0][0], pieces[-1][1], name(cf.start), NOT_COVERED,
-                            pieces[0][0], (),
+        # The owner's verdict (found by its start in _compare_all), or a record of its own.
+        out.append(Function(owner.start if owner is not None else pieces[0][0],
+                            owner.end if owner is not None else pieces[-1][1],
+                            name(cf.start), NOT_COVERED, pieces[0][0], (),
                             f"CFI describes {cf.start:#x}-{cf.end:#x}; no SFrame FDE covers "
                             f"{text}" + (f" (the SFrame FDE at {owner.start:#x} ends at "
                                          f"{owner.end:#x})" if owner is not None else ""),

@@ -253,13 +253,18 @@ def test_relocatable_object_defect(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_fde_cut_short(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     section, fde = _fde(need(DEEP_V3), "f1")
     assert fde.size == 49
-    bad = planted(tmp_path, DEEP_V3, [(fde.offset + 8, struct.pack("<I", 40))], "short")
+    # 47: the last FRE (at 46) still inside, the function's last 2 bytes not.
+    bad = planted(tmp_path, DEEP_V3, [(fde.offset + 8, struct.pack("<I", 47))], "short")
     status, out, _ = _run(["verify", str(bad)], capsys)
     start = fde.start
     assert status == 1
-    assert (f"{bad}: {start + 40:#x} f1: not covered: CFI describes {start:#x}-{start + 49:#x}; "
-            f"no SFrame FDE covers {start + 40:#x}-{start + 49:#x} (the SFrame FDE at "
-            f"{start:#x} ends at {start + 40:#x})") in out
+    assert (f"{bad}: {start + 47:#x} f1: not covered: CFI describes {start:#x}-{start + 49:#x}; "
+            f"no SFrame FDE covers {start + 47:#x}-{start + 49:#x} (the SFrame FDE at "
+            f"{start:#x} ends at {start + 47:#x})") in out
+    # One verdict for f1: the uncovered piece, not also "agrees".
+    assert out[-1].endswith(": 12 functions: 8 agree, 1 differ only where SFrame cannot say "
+                            "it, 1 known errata, 0 DISAGREE, 2 not covered (1 known), 0 SFrame "
+                            "only; 0 structural findings: FAIL")
 
 
 def test_fre_past_its_function(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
