@@ -496,6 +496,10 @@ def verify_file(path: str, *, against: str | None = None, kernel: bool = False) 
         cfi_funcs = _cfi_functions(table, obj)
     except FormatError as exc:
         raise FormatError(f"{cfi_path}: {exc}") from None
+    if not cfi_funcs:
+        # e.g. section headers stripped: PT_GNU_EH_FRAME is there, .eh_frame cannot be found
+        raise NothingToCompare(f"{cfi_path}: no CFI FDE to verify against (without section "
+                               "headers .eh_frame cannot be read: give --against FILE)")
     functions, findings = _compare_all(info, section, table, cfi_funcs, layout, name, obj)
     if layout.sframe_section is not None and not info.is_relocatable:
         findings += _segment_findings(layout)

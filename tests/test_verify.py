@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from helpers import FIXTURES, ROOT, need
+from helpers import FIXTURES, ROOT, need, no_section_headers
 from helpers.manifest import manifest_params, require
 from helpers.realprogs import builds
 
@@ -384,6 +384,19 @@ def test_unreadable_files_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     status, out, err = _run(["verify", str(truncated)], capsys)
     assert status == 2 and out == [] and err.count("\n") == 1
     assert err.startswith(f"sframe: {truncated}: ") and "past the end of the 4096-byte file" in err
+
+
+def test_no_section_headers_needs_against(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Found through PT_GNU_SFRAME, .sframe is checked against the twin's CFI."""
+    bare = no_section_headers(need(DEEP_V3), tmp_path / "bare")
+    status, out, err = _run(["verify", str(bare)], capsys)
+    assert (status, out) == (2, [])
+    assert err == (f"sframe: {bare}: no CFI FDE to verify against (without section headers "
+                   ".eh_frame cannot be read: give --against FILE)\n")
+    status, out, _ = _run(["verify", str(bare), "--against", str(DEEP_V3)], capsys)
+    assert status == 0 and out[-1].endswith("0 DISAGREE, 1 not covered (1 known), 0 SFrame "
+                                            "only; 0 structural findings: OK")
 
 
 def test_json_matches_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
