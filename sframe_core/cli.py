@@ -195,6 +195,99 @@ def run_lookup(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- verify (sframe_core/verify.py) ------------------------------------------
+
+
+def _configure_verify(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="ELF files (with -r: directories) whose .sframe to check")
+    parser.add_argument("-r", "--recursive", action="store_true",
+                        help="walk every ELF file with .sframe under the directories, in parallel")
+    parser.add_argument("--against", metavar="FILE",
+                        help="take the DWARF CFI from FILE (a separate debug file)")
+    parser.add_argument("--kernel", action="store_true",
+                        help="also check that Linux's SFrame unwinder would accept the section")
+    parser.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                        help="worker processes for -r (default: CPUs, at most 8)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="print every function, agreeing ones too")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _verify_one(job: tuple[str, str | None, bool]) -> object:
+    from .verify import safe_verify
+
+    return safe_verify(*job)
+
+
+@command("verify", "check that .sframe says what .eh_frame/.debug_frame say, at every PC",
+         _configure_verify)
+def run_verify(args: argparse.Namespace) -> int:
+    """Exit 0: everything agrees or differs only in named, expected ways; 1: a
+    disagreement, an unexplained uncovered range, or a fatal finding; 2: a
+    file cannot be read (one line each on stderr)."""
+    from .verify import Report, Unreadable, report_json, report_lines, safe_verify, walk_elves
+
+    if args.against and (args.recursive or len(args.files) != 1):
+        raise UsageError("--against goes with exactly one FILE")
+    paths: list[str] = []
+    skipped = 0
+    if args.recursive:
+        for top in args.files:
+            if not os.path.isdir(top):
+                raise UsageError(f"{top}: not a directory (-r walks directories)")
+            paths += walk_elves(top)
+    else:
+        paths = list(args.files)
+    jobs = [(path, args.against, args.kernel) for path in paths]
+    results: list[object] = []
+    progress = args.recursive and sys.stderr.isatty()
+    if args.recursive and len(jobs) > 1:
+        import multiprocessing
+
+        workers = max(1, min(args.jobs or os.cpu_count() or 1, 8, len(jobs)))
+        with multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork").Pool(
+                workers) as pool:
+            for done, result in enumerate(pool.imap(_verify_one, jobs, chunksize=1), 1):
+                results.append(result)
+                if progress:
+                    sys.stderr.write(f"\r[{done}/{len(jobs)}] {jobs[done - 1][0][-60:]:<60}")
+                    sys.stderr.flush()
+        if progress:
+            sys.stderr.write("\r" + " " * 80 + "\r")
+    else:
+        results = [safe_verify(*job) for job in jobs]
+    reports: list[Report] = []
+    errors: list[str] = []
+    for result in results:
+        if isinstance(result, Report):
+            reports.append(result)
+        elif isinstance(result, Unreadable) and result.skip and args.recursive:
+            skipped += 1  # walking a tree: most files carry no SFrame (or no CFI)
+        elif isinstance(result, Unreadable):
+            errors.append(result.text)
+    failed = sum(1 for r in reports if r.failed)
+    out = sys.stdout
+    if args.json:
+        json.dump({"files": [report_json(r) for r in reports], "errors": errors,
+                   "skipped": skipped,
+                   "status": 2 if errors else 1 if failed else 0}, out, indent=1)
+        out.write("\n")
+    else:
+        for report in reports:
+            for line in report_lines(report, verbose=args.verbose):
+                out.write(line + "\n")
+        if len(paths) > 1:
+            out.write(f"{PROG} verify: {len(reports)} files verified: {len(reports) - failed} OK, "
+                      f"{failed} FAIL; {len(errors)} unreadable"
+                      + (f"; {skipped} skipped (no .sframe, or no CFI to compare)" if args.recursive
+                         else "") + "\n")
+    out.flush()
+    for error in errors:
+        _error(sys.stderr, error)
+    return 2 if errors else 1 if failed else 0
+
+
 # -- backtrace (sframe_core/backtrace.py) ------------------------------------
 
 command("backtrace", "unwind every thread of a core file or a live process",
