@@ -147,7 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path")
     parser.add_argument("--cache", default=None)
     parser.add_argument("--no-function-symbols", action="store_true")
+    parser.add_argument("--nice", type=int, default=10,
+                        help="lower this worker's priority by N: the debugger comes first")
     args = parser.parse_args(argv)
+    if args.nice:
+        try:
+            os.nice(args.nice)
+        except OSError:
+            pass
     from .errors import SFrameError
     from .symfile import symbol_file_for
     try:

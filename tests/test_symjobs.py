@@ -1,0 +1,84 @@
+"""Symbol files from the cache only (``cached_symbol_file``), without function
+symbols (gdb's), and made by a worker process (``symjobs.Job``)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
+from helpers import need
+from helpers.gdbtools import fixture
+
+from sframe_core.symfile import cached_symbol_file, symbol_file_for
+from sframe_core.symjobs import Job, JobResult, worker_python
+
+DEEP = fixture("x86_64", "busid-v3", "deep.noeh")
+STRIPPED = fixture("x86_64", "busid-v3", "deep.noeh.stripped")
+
+
+def _run(path: Path, cache: Path, **kwargs: bool) -> JobResult:
+    done = threading.Event()
+    results: list[JobResult] = []
+
+    def on_done(result: JobResult) -> None:
+        results.append(result)
+        done.set()
+    Job(str(path), on_done, cache=str(cache), **kwargs)
+    assert done.wait(120), "the worker did not finish"
+    assert len(results) == 1
+    return results[0]
+
+
+def _section_names(path: str) -> set[str]:
+    with open(path, "rb") as stream:
+        return {s.name for s in ELFFile(stream).iter_sections()}
+
+
+def test_cached_symbol_file_never_generates(tmp_path: Path) -> None:
+    deep = need(DEEP)
+    assert cached_symbol_file(str(deep), cache=str(tmp_path)) is None
+    assert list(tmp_path.iterdir()) == []
+    made = symbol_file_for(str(deep), cache=str(tmp_path))
+    hit = cached_symbol_file(str(deep), cache=str(tmp_path))
+    assert hit is not None and hit.cached and hit.path == made.path
+    # gdb's variant is another file of the cache, not this one.
+    assert cached_symbol_file(str(deep), cache=str(tmp_path), function_symbols=False) is None
+
+
+def test_no_function_symbols_for_gdb(tmp_path: Path) -> None:
+    """A stripped module's symbol file names its FDEs for LLDB; gdb's has no
+    such names (gdb would show them where the twin shows ??)."""
+    stripped = str(need(STRIPPED))
+    lldb = symbol_file_for(stripped, cache=str(tmp_path))
+    gdb = symbol_file_for(stripped, cache=str(tmp_path), function_symbols=False)
+    assert lldb.path != gdb.path
+    assert ".symtab" in _section_names(lldb.path)
+    assert ".symtab" not in _section_names(gdb.path)
+    assert ".debug_frame" in _section_names(gdb.path)
+    # Unstripped, both are the same bytes under two names.
+    deep = str(need(DEEP))
+    a = symbol_file_for(deep, cache=str(tmp_path))
+    b = symbol_file_for(deep, cache=str(tmp_path), function_symbols=False)
+    assert Path(a.path).read_bytes() == Path(b.path).read_bytes()
+
+
+def test_worker_makes_the_same_file(tmp_path: Path) -> None:
+    assert worker_python() is not None
+    result = _run(need(STRIPPED), tmp_path / "worker", function_symbols=False)
+    assert result.error is None and result.path is not None, result
+    here = symbol_file_for(str(need(STRIPPED)), cache=str(tmp_path / "here"),
+                           function_symbols=False)
+    assert Path(result.path).name == Path(here.path).name
+    assert Path(result.path).read_bytes() == Path(here.path).read_bytes()
+    hit = cached_symbol_file(str(need(STRIPPED)), cache=str(tmp_path / "worker"),
+                             function_symbols=False)
+    assert hit is not None and hit.path == result.path
+
+
+def test_worker_error_is_one_line(tmp_path: Path) -> None:
+    bogus = tmp_path / "not-elf"
+    bogus.write_bytes(b"#!/bin/sh\necho hello\n")
+    result = _run(bogus, tmp_path / "cache")
+    assert result.path is None and result.error is not None
+    assert result.error.startswith(str(bogus)) and "\n" not in result.error, result.error
