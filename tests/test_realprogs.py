@@ -213,6 +213,25 @@ def test_plugin_on_noeh_equals_the_twin_at_every_stop(gdb13: str, prog: rp.Progr
 
 @pytest.mark.gdb
 @pytest.mark.slow
+@pytest.mark.parametrize(("prog", "producer"), [b for b in BUILDS if b.id in (
+    "lua5.4-busid-v3", "bzip2-bu2.40-v1")])
+def test_python_unwinder_alone_has_the_twins_real_frames(gdb13: str, prog: rp.Program,
+                                                         producer: str) -> None:
+    """What serves a large module while its symbol file is made: the Python
+    unwinder alone (``set sframe symbol-files off``) gives the twin's frames
+    at every stop, but gdb's tail-call frames, which only its own DWARF
+    unwinder makes."""
+    _require_fixtures()
+    twin = _twin_stops(gdb13, prog, producer)
+    plug = rp.gdb_stops(gdb13, prog.path(producer, "noeh"), prog, extra=rp.FRAME_LIST, plugin=True,
+                        symbol_files="off")
+    assert sorted(plug) == sorted(twin)
+    for bp, stop in twin.items():
+        assert rp.frame_list(plug[bp]) == rp.no_tailcall(rp.frame_list(stop)), bp
+
+
+@pytest.mark.gdb
+@pytest.mark.slow
 @pytest.mark.parametrize(("prog", "producer"), BUILDS)
 def test_plugin_on_stripped_noeh_has_the_twins_pcs(gdb13: str, prog: rp.Program,
                                                    producer: str) -> None:

@@ -190,7 +190,7 @@ def breakpoint_offsets(gdb: str, twin: Path, program: Program,
 def gdb_stops(gdb: str, binary: Path, program: Program, *, plugin: bool = False,
               breakpoints: Iterable[str] | None = None, extra: str | None = None,
               at: dict[str, list[int]] | None = None, prologue_analyzer: bool = False,
-              timeout: float = 300) -> dict[str, Stop]:
+              timeout: float = 300, symbol_files: str = "foreground") -> dict[str, Stop]:
     """Run ``binary`` under one gdb with a ``tbreak`` on every breakpoint; ``bt`` at each stop.
 
     One session for all stops (a session per stop costs a gdb start each).
@@ -203,10 +203,13 @@ def gdb_stops(gdb: str, binary: Path, program: Program, *, plugin: bool = False,
     (from :func:`breakpoint_offsets`; for ``.noeh.stripped``).
     ``prologue_analyzer``: leave gdb >= 16's amd64 prologue analyzer on, as a
     user has it (by default it is off, so that it cannot hide an unwinder failure).
+    ``symbol_files``: the plugin's ``set sframe symbol-files`` (``off``: the
+    Python unwinder alone, as while a large module's symbol file is made).
     """
     bps = list(program.breakpoints if breakpoints is None else breakpoints)
     stops: dict[str, Stop] = {}
-    with Gdb(gdb, plugin=plugin, args=[str(binary)], disable_prologue=not prologue_analyzer) as g:
+    with Gdb(gdb, plugin=plugin, args=[str(binary)], disable_prologue=not prologue_analyzer,
+             symbol_files=symbol_files) as g:
         numbers: dict[int, str] = {}
         start = program.run_line()
         if at is not None:
