@@ -63,7 +63,7 @@ lldb_run() {
 gdb_extra=() lldb_extra=()
 
 say "The example's SFrame section (sframe dump: the header, then parse_record's rows)"
-look "each row gives, from its PC on, where the CFA is (sp or fp + N), where the FP and RA are (c-N: at CFA - N)."
+look "each row gives, from its PC on, where the CFA is (sp or fp + N), where the FP is (c-16: at CFA - 16; u: not saved) and the RA (f: at the fixed CFA - 8)."
 fn=$(nm "$build/demo.noeh" | awk '$3 == "parse_record" {print $1}')
 sframe dump "$build/demo.noeh" \
     | awk -v pc="pc = 0x$fn," 'BEGIN {sub(/0x0+/, "0x", pc)} /Function Index/ {head = 1}
