@@ -248,5 +248,8 @@ def test_gdbserver(gdb_path: str, sessions: Path, mode: str) -> None:
             out = [_normal(g.cmd(c)) for c in commands]
             _no_python_errors("".join(out))
             outs.append(out[len(target):])
+            if mode == "extended-remote":
+                g.cmd("kill")
+                g.cmd("monitor exit")  # a --multi server outlives gdb's pipe otherwise
     assert outs[1] == outs[0]
     assert [f.name for f in parse_bt(outs[0][2])] == ["inner", "middle", "outer", "main"], outs[0]
