@@ -242,11 +242,16 @@ class Routes:
         return Route(PENDING, path, "symbol file being made", time.monotonic())
 
     def _worker_done(self, path: str, result: JobResult) -> None:
-        self._jobs.pop(path, None)
-        if _running():
-            self._ready[path] = result  # attached at the next stop
-            return
-        self._finish(path, result)
+        # Run by gdb's event loop (gdb.post_event): nothing may escape.
+        try:
+            self._jobs.pop(path, None)
+            if _running():
+                self._ready[path] = result  # attached at the next stop
+                return
+            self._finish(path, result)
+        except Exception as exc:  # noqa: BLE001 - never a traceback in gdb
+            gdb.write(f"warning: sframe: {path}: symbol file: {type(exc).__name__}: {exc}\n",
+                      gdb.STDERR)
 
     def _finish(self, path: str, result: JobResult) -> None:
         self._warn(result.warning)
