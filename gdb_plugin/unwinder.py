@@ -533,11 +533,13 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             self._note_sigtramp(pending_frame, walk, pc, level)
             if entry is None:
                 return self._not_code(pending_frame, walk, pc, level)
-            return None
+            return self._unusable(pending_frame, entry, pc, level)
         self._last_entry = entry
         if entry.native and self.mode == "auto":
             return None  # gdb's DWARF unwinder has this objfile's symbol file
         section = entry.section or entry.sframe(self)
+        if section is None:
+            return self._unusable(pending_frame, entry, pc, level)
         interrupted = level == 0 or level in walk.after_sigtramp or (
             level == walk.first_level and _below_inline_only(pc, level)
             and section is not None and not _after_call(section, pc))
@@ -750,6 +752,23 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
                     int.from_bytes(word, "big" if arch.big_endian else "little"), arch,
                     addresses) is None:
                 return None
+        return self._stop(pending_frame, pc, sp, pc, regs_info, True, level)
+
+    def _unusable(self, pending_frame, entry: ObjfileEntry, pc: int, level: int):
+        """A frame in an objfile whose .sframe is corrupt (said once, as a
+        warning) and which has no CFI of its own: nothing tells its caller,
+        and GDB's prologue analyzer would guess one (from the stack, wrongly
+        as often as not). End the backtrace with the frame instead."""
+        if entry.has_eh_frame or entry.has_debug_frame:
+            return None  # GDB's own CFI may know the frame
+        arch = _GDB_ARCHES.get(pending_frame.architecture().name())
+        if arch is None:
+            return None
+        regs_info = self._regs_for_arch(pending_frame, arch)
+        try:
+            sp = int(pending_frame.read_register(regs_info.handle(arch.sp)))
+        except (gdb.error, ValueError):
+            return None
         return self._stop(pending_frame, pc, sp, pc, regs_info, True, level)
 
     def _regs_for_arch(self, pending_frame, arch: Arch) -> Registers:

@@ -43,6 +43,11 @@ class Arch:
     # sigtramp sniffers match them (amd64-linux-tdep.c, aarch64-linux-tdep.c);
     # empty where none is known.
     sigreturn: bytes = b""
+    # The header's fixed RA offset the ABI has (SFrame spec, per ABI): amd64's
+    # RA is always at CFA - 8; aarch64 and s390x give it in each FRE (0). Any
+    # other value is a corrupt header: the rows would put the RA anywhere,
+    # and a DWARF consumer of our .debug_frame would follow them blindly.
+    fixed_ra_offset: int = 0
 
     def reg_name(self, regno: int) -> str:
         for number, name in self.reg_names:
@@ -81,7 +86,7 @@ _AARCH64_SIGRETURN = b"\x68\x11\x80\xd2\x01\x00\x00\xd4"
 
 AMD64 = Arch("amd64", 3, False, sp=7, fp=6, ra=16, ra_reg=None, sp_val_offset=0,
              reg_names=_AMD64_REGS, elf_machines=("EM_X86_64",), sigreturn=_AMD64_SIGRETURN,
-             user_address_bits=47)
+             user_address_bits=47, fixed_ra_offset=-8)
 AARCH64_BE = Arch("aarch64_be", 1, True, sp=31, fp=29, ra=30, ra_reg=30, sp_val_offset=0,
                   reg_names=_AARCH64_REGS, elf_machines=("EM_AARCH64",),
                   sigreturn=_AARCH64_SIGRETURN, user_address_bits=52)

@@ -221,6 +221,12 @@ def parse_header(data: bytes | memoryview) -> Header:
     if arch.big_endian != big:
         order = "big" if big else "little"
         raise FormatError(f"ABI/arch {hdr.abi_arch} does not match the {order}-endian magic", 4)
+    if hdr.cfa_fixed_ra_offset != arch.fixed_ra_offset:
+        raise FormatError(f"fixed RA offset {hdr.cfa_fixed_ra_offset} is not {arch.name}'s "
+                          f"({arch.fixed_ra_offset})", 6)
+    if hdr.cfa_fixed_fp_offset != 0:
+        raise FormatError(f"fixed FP offset {hdr.cfa_fixed_fp_offset}: no ABI has one (0 expected)",
+                          5)
     if hdr.fdeoff > hdr.freoff:
         raise FormatError(f"FDE sub-section offset {hdr.fdeoff:#x} is past the FRE sub-section "
                           f"offset {hdr.freoff:#x}", 0x14)

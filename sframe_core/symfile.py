@@ -55,8 +55,9 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_sy
 # 5: callee-saved register rules (saved.py); 6: no DW_CFA_restore (LLDB
 # restores to the FDE's first row, not the CIE); 7: no DW_CFA_val_offset
 # (LLDB misreads it: s390x's caller SP); 8: amd64 computed gotos and
-# traced-back table bases (more register rules).
-GENERATOR = 8
+# traced-back table bases (more register rules); 9: a header whose fixed RA
+# or FP offset is not its ABI's is an error, not rows.
+GENERATOR = 9
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3

@@ -54,6 +54,8 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # What differs between any two runs of a program, with or without the plugin.
 _RUN_NOISE = [(re.compile(r"\b(process|LWP) \d+"), r"\1 N"),
               (re.compile(r'pid="\d+"'), 'pid="N"'), (re.compile(r"\bpid = \d+"), "pid = N"),
+              (re.compile(r'core="\d+"'), 'core="N"'),  # the CPU a thread last ran on
+              (re.compile(r"(?<=\S) {2,}"), " "),  # table columns padded to a PID's width
               # When gdb reads a library's separate debug file (libc, ld.so)
               # depends on which objfile was looked at first: it says so, once.
               (re.compile(r"^Reading symbols from /usr/lib/debug/\S+\n", re.M), "")]
