@@ -41,6 +41,7 @@ import errno
 import os
 import platform
 import signal
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,9 @@ _USER_REGS_SIZE = {"amd64": 27 * 8, "aarch64": 34 * 8}
 STACK_COPY_LIMIT = 8 << 20
 # Below the stack pointer: amd64's 128-byte red zone, with room to spare.
 RED_ZONE = 256
+# Linux keeps this much unmapped below a growing stack (stack_guard_gap,
+# 256 pages): a stack pointer that far below a stack overflowed it.
+GUARD_GAP = 256 * 4096 + RED_ZONE
 # A thread that does not stop within this long (uninterruptible sleep on a
 # dead NFS server) is not waited for: the others are let go.
 STOP_TIMEOUT = 2.0
@@ -305,7 +309,71 @@ def _stack_span(regions: tuple[Region, ...], sp: int, limit: int) -> tuple[int, 
             if not region.writable:
                 return None
             return max(region.start, sp - RED_ZONE), min(region.end, sp + limit)
+    # A stack pointer just below its stack, in the guard gap: the stack
+    # overflowed (a handler on the alternate stack caught the SIGSEGV).
+    above = [r for r in regions if sp < r.start <= sp + GUARD_GAP]
+    if above and above[0].writable and not above[0].path.startswith("/"):
+        return above[0].start, min(above[0].end, sp + limit)
     return None
+
+
+# amd64's rt_sigframe holds a ucontext: uc_flags, uc_link, then uc_stack
+# (ss_sp, ss_flags, ss_size: the alternate stack the handler runs on, as the
+# kernel's __save_altstack wrote it) and uc_mcontext, whose rsp is the stack
+# pointer the signal interrupted. uc_flags is UC_SIGCONTEXT_SS |
+# UC_STRICT_RESTORE_SS (6), with UC_FP_XSTATE (7); uc_link is NULL.
+_UC_HEADS = {"amd64": (b"\x06" + bytes(15), b"\x07" + bytes(15))}
+_UC_RSP = 160  # offset of uc_mcontext.rsp in the ucontext
+# Signal frames followed out of one thread's stack: nested handlers on the
+# alternate stack each return to another stack (each copy is bounded too).
+MAX_SIGNAL_STACKS = 4
+
+
+def signal_return_sps(data: bytes, start: int, sp: int, arch: Arch) -> list[int]:
+    """The stack pointers interrupted by the signal frames in ``data`` (the
+    stack copied from ``start``) whose handler ran on an alternate stack
+    that holds ``sp``, innermost first: where the callers of a handler on a
+    ``sigaltstack`` are. A pure scan of the copy (C-speed ``bytes.find``),
+    so it costs the stopped process next to nothing."""
+    heads = _UC_HEADS.get(arch.name)
+    if heads is None:
+        return []
+    found: list[tuple[int, int]] = []
+    for head in heads:
+        at = data.find(head)
+        while at >= 0 and at + _UC_RSP + 8 <= len(data):
+            if (start + at) % 8 == 0:
+                ss_sp, flags, ss_size = struct.unpack_from("<QIxxxxQ", data, at + 16)
+                if (ss_sp <= sp < ss_sp + ss_size and flags & 0x7FFFFFFF in (0, 1)
+                        and ss_size < 1 << 32):
+                    rsp = struct.unpack_from("<Q", data, at + _UC_RSP)[0]
+                    if not ss_sp <= rsp < ss_sp + ss_size:
+                        found.append((at, rsp))
+            at = data.find(head, at + 1)
+    return [rsp for _, rsp in sorted(found)]
+
+
+def _copy_stack(fd: int, regions: tuple[Region, ...], sp: int, limit: int,
+                stacks: list[tuple[int, bytes]], arch: Arch) -> None:
+    """Copy the stack at ``sp`` into ``stacks`` and, where a signal handler
+    runs on an alternate stack, the stack its signal frame returns to
+    (each at most ``limit`` bytes, ``MAX_SIGNAL_STACKS`` at most)."""
+    pending = [sp]
+    for _ in range(1 + MAX_SIGNAL_STACKS):
+        if not pending:
+            return
+        at = pending.pop(0)
+        if any(begin <= at < begin + len(data) for begin, data in stacks):
+            continue
+        span = _stack_span(regions, at, limit)
+        if span is None:
+            continue
+        try:
+            data = os.pread(fd, span[1] - span[0], span[0])
+        except OSError:
+            continue  # unreadable: the walk says "memory unreadable"
+        stacks.append((span[0], data))
+        pending += signal_return_sps(data, span[0], at, arch)
 
 
 class _Seized:
@@ -411,12 +479,7 @@ def snapshot(info: Survey, *, sysroot: str | None = None,
                 if not any(r.start <= sp < r.end for r in regions):
                     # A thread started after the survey: its stack is new.
                     regions = tuple(_read_regions(f"/proc/{pid}/task/{info.view}/maps"))
-                span = _stack_span(regions, sp, stack_limit)
-                if span is not None:
-                    try:
-                        stacks.append((span[0], os.pread(fd, span[1] - span[0], span[0])))
-                    except OSError:
-                        pass  # unreadable: the walk says "memory unreadable"
+                _copy_stack(fd, regions, sp, stack_limit, stacks, info.arch)
         except OSError as exc:
             raise ProcessError(f"process {pid}: {exc.strerror or exc} (did it exit?)") from None
         _hold_for_tests(interrupted)
