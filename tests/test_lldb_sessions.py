@@ -1,0 +1,105 @@
+"""LLDB sessions a demanding user runs, each compared with LLDB alone on the
+``.eh_frame`` twin (issue 18): a saved-FP cycle, an expression call stopped
+at a breakpoint, and ``gdb-remote`` to GNU gdbserver.
+
+The programs are built at test time by the host toolchain
+(``helpers.host_programs``), the twin under the ``.noeh`` file's own name in
+another directory, so that both print the same module names and, with
+address randomisation off, the same addresses.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import Frame
+from helpers.host_programs import build
+from helpers.lldbtools import command_output, parse_bt, run_lldb
+from helpers.oracle import gdb_path
+
+pytestmark = pytest.mark.lldb
+
+VERSIONS = ["21", "22", "23"]
+
+
+def _pair(name: str, out: Path) -> tuple[Path, Path]:
+    """``NAME.noeh`` and its twin, copied to ``b/NAME.noeh``."""
+    built = build(name, out / "a")
+    (out / "b").mkdir(exist_ok=True)
+    twin = out / "b" / built.noeh.name
+    if not twin.exists():
+        shutil.copy2(built.twin, twin)
+    return built.noeh, twin
+
+
+@pytest.fixture(scope="module")
+def cycle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _pair("cycle", tmp_path_factory.mktemp("cycle"))
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+
+def _frames(text: str) -> list[Frame]:
+    """The frames of one ``bt``: from its selected frame 0 on (with a core,
+    LLDB's event thread may print a thread status of its own, frame 0 not
+    marked selected, into a command's output)."""
+    return parse_bt(text[max(text.rfind("* frame #0:"), 0):])
+
+
+# -- a saved FP that points at an inner frame ---------------------------------------
+
+CYCLE_LLDB = ["stop_here", "cyc_self", "cyc_outer"]
+CYCLE_STOP = re.compile(r"^Backtrace stopped: the CFA did not move up the stack: "
+                        r"CFA 0x[0-9a-f]+ is not above SP 0x[0-9a-f]+$", re.M)
+
+
+def _core(program: Path, tmp: Path) -> Path:
+    """A core of ``program`` at stop_here (gdb's gcore; randomisation off)."""
+    core = tmp / f"{program.parent.name}-{program.name}.core"
+    out = subprocess.run([gdb_path(), "-nx", "-batch", "-ex", "break stop_here", "-ex", "run",
+                          "-ex", f"gcore {core}", "-ex", "kill", str(program)],
+                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert core.exists(), out.stdout + out.stderr
+    return core
+
+
+def _check_cycle(plain: str, sframe_bt: str, twin_bt: str) -> None:
+    """Plain ``bt`` on the route is the twin's, exactly: LLDB's loop check
+    (a CFA equal to the one two frames in) ends it after cyc_outer. ``sframe
+    bt`` shows the frame that check drops, cyc_top, then says why it stops."""
+    want = _frames(twin_bt)
+    assert [f.name for f in want] == CYCLE_LLDB, twin_bt
+    assert _frames(plain) == want, f"{plain}\n---\n{twin_bt}"
+    ours = _frames(sframe_bt)
+    assert ours == [*want, Frame(ours[-1].pc, "cyc_top")], sframe_bt
+    assert CYCLE_STOP.search(sframe_bt), sframe_bt
+    assert "Traceback" not in plain + sframe_bt
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_saved_fp_cycle_live(cycle: tuple[Path, Path], version: str, tmp_path: Path) -> None:
+    noeh, twin = cycle
+    common = ["breakpoint set -n stop_here", "process launch"]
+    out = run_lldb(version, [f"target create {noeh}", *common, "bt", "sframe bt"],
+                   env=_env(tmp_path))
+    alone = run_lldb(version, [f"target create {twin}", *common, "bt"], plugin=False)
+    _check_cycle(command_output(out, "bt"), command_output(out, "sframe bt"),
+                 command_output(alone, "bt"))
+
+
+@pytest.mark.gdb
+@pytest.mark.parametrize("version", VERSIONS)
+def test_saved_fp_cycle_core(cycle: tuple[Path, Path], version: str, tmp_path: Path) -> None:
+    noeh, twin = cycle
+    out = run_lldb(version, [f"target create {noeh} --core {_core(noeh, tmp_path)}", "bt",
+                             "sframe bt"], env=_env(tmp_path))
+    alone = run_lldb(version, [f"target create {twin} --core {_core(twin, tmp_path)}", "bt"],
+                     plugin=False)
+    _check_cycle(command_output(out, "bt"), command_output(out, "sframe bt"),
+                 command_output(alone, "bt"))
