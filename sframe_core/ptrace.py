@@ -43,6 +43,7 @@ import platform
 import signal
 import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,7 +232,8 @@ def _alive(pid: int, tid: int) -> bool:
 @dataclass(frozen=True)
 class Snapshot:
     """Registers and stacks copied from a process, after it was let go; a
-    ``backtrace.Target``. ``stopped_seconds`` is how long it was stopped."""
+    ``backtrace.Target``. ``stopped_seconds`` is the longest any thread was
+    stopped (from the poll before the one that saw its stop to its detach)."""
 
     pid: int
     arch: Arch
@@ -244,6 +246,10 @@ class Snapshot:
     notes: tuple[str, ...] = field(default=())
     # /proc/PID/maps with permissions, stacks named: where a return address may point.
     regions: tuple[AddressRegion, ...] = ()
+    # Where the time went, in seconds (bench/bench_pid.py): "wait" for the
+    # threads to enter their stops (they run meanwhile), "copy" of their
+    # registers and stacks, "detach" (each thread is let go after its copy).
+    phases: tuple[tuple[str, float], ...] = ()
 
 
 def _tracer(pid: int) -> int:
@@ -266,32 +272,6 @@ def _denied(pid: int) -> ProcessError:
         pass
     return ProcessError(f"process {pid}: permission denied (ptrace needs the same user, "
                         f"or root/CAP_SYS_PTRACE{hint})")
-
-
-def _wait_stopped(tid: int, deadline: float) -> int | None:
-    """Wait for ``tid``'s stop; the signal to give back on detach, or None if
-    it exited (or did not stop before ``deadline``)."""
-    pause = 50e-6
-    while True:
-        try:
-            got, status = os.waitpid(tid, WALL | os.WNOHANG)
-        except ChildProcessError:
-            return None
-        except InterruptedError:
-            continue
-        if got == 0:
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(pause)
-            pause = min(pause * 2, 1e-3)
-            continue
-        if os.WIFEXITED(status) or os.WIFSIGNALED(status):
-            return None
-        if os.WIFSTOPPED(status):
-            if status >> 16 == PTRACE_EVENT_STOP:
-                return 0
-            # Signal-delivery-stop: the thread was about to get this signal.
-            return os.WSTOPSIG(status)
 
 
 def _read_regs(libc: ctypes.CDLL, arch: Arch, tid: int) -> Thread:
@@ -383,53 +363,107 @@ class _Seized:
         self.libc, self.pid, self.view = libc, pid, view
         self.seized: list[int] = []
         self.stopped: dict[int, int] = {}  # tid -> signal to deliver on detach
+        self.detached: set[int] = set()
 
-    def stop_all(self) -> None:
-        deadline = time.monotonic() + STOP_TIMEOUT
-        for _ in range(100):  # until no new thread appears
-            new = [t for t in _tasks(self.pid) if t not in self.seized
-                   and (t != self.pid or self.view == self.pid)]
-            if not new:
+    def interrupt_new(self) -> list[int]:
+        """Seize and interrupt the threads not seized yet; those interrupted.
+
+        All are interrupted before any is waited for: threads waiting for a
+        CPU to enter their stop then wait side by side, not one after another.
+        """
+        new = [t for t in _tasks(self.pid) if t not in self.seized
+               and (t != self.pid or self.view == self.pid)]
+        interrupted = []
+        for tid in new:
+            try:
+                _ptrace(self.libc, PTRACE_SEIZE, tid, 0, 0)
+            except OSError as exc:
+                if exc.errno == errno.ESRCH:
+                    if tid == self.view:
+                        raise ProcessError(f"process {self.pid}: no such process") from None
+                    continue  # a thread that just exited
+                if exc.errno == errno.EPERM:
+                    raise _denied(self.pid) from None
+                raise ProcessError(f"process {self.pid}: ptrace: {exc.strerror}") from None
+            self.seized.append(tid)
+            try:
+                _ptrace(self.libc, PTRACE_INTERRUPT, tid)
+            except OSError:
+                continue
+            interrupted.append(tid)
+        return interrupted
+
+    def each_stop(self, tids: list[int], deadline: float) -> Iterator[tuple[int, float]]:
+        """Yield each of ``tids`` as it stops, with the time it stopped by (the
+        poll before the one that saw it: an upper bound on its stop), in the
+        order they stop. A thread that exits or does not stop before
+        ``deadline`` is left out; ``stopped`` gets the signal to give back."""
+        pending = list(tids)
+        pause = 50e-6
+        polled = time.monotonic()
+        while pending:
+            seen = []
+            for tid in pending:
+                sig = _poll_stopped(tid)
+                if sig is not False:
+                    seen.append(tid)
+                    if sig is not None:
+                        self.stopped[tid] = sig
+            before, polled = polled, time.monotonic()
+            for tid in seen:
+                pending.remove(tid)
+                if tid in self.stopped:
+                    yield tid, before
+            if seen or not pending:
+                pause = 50e-6
+                continue
+            if polled > deadline:
                 return
-            # Interrupt them all, then wait: threads waiting for a CPU to
-            # enter their stop then wait side by side, not one after another.
-            interrupted = []
-            for tid in new:
-                try:
-                    _ptrace(self.libc, PTRACE_SEIZE, tid, 0, 0)
-                except OSError as exc:
-                    if exc.errno == errno.ESRCH:
-                        if tid == self.view:
-                            raise ProcessError(f"process {self.pid}: no such process") from None
-                        continue  # a thread that just exited
-                    if exc.errno == errno.EPERM:
-                        raise _denied(self.pid) from None
-                    raise ProcessError(f"process {self.pid}: ptrace: {exc.strerror}") from None
-                self.seized.append(tid)
-                try:
-                    _ptrace(self.libc, PTRACE_INTERRUPT, tid)
-                except OSError:
-                    continue
-                interrupted.append(tid)
-            for tid in interrupted:
-                sig = _wait_stopped(tid, deadline)
-                if sig is not None:
-                    self.stopped[tid] = sig
+            time.sleep(pause)
+            pause = min(pause * 2, 1e-3)
+
+    def detach(self, tid: int) -> None:
+        if tid in self.detached:
+            return
+        self.detached.add(tid)
+        try:
+            _ptrace(self.libc, PTRACE_DETACH, tid, 0, self.stopped.get(tid, 0))
+        except OSError:
+            pass  # gone; nothing to give back
 
     def detach_all(self) -> None:
         for tid in self.seized:
-            try:
-                _ptrace(self.libc, PTRACE_DETACH, tid, 0, self.stopped.get(tid, 0))
-            except OSError:
-                pass  # gone; nothing to give back
-        self.seized.clear()
+            self.detach(tid)
 
 
-def _hold_for_tests(interrupted: list[bool]) -> None:
+def _poll_stopped(tid: int) -> int | None | bool:
+    """One look at ``tid``: False while it runs on, None if it exited, else
+    the signal to give back on detach (0 for our interrupt's stop; a
+    signal-delivery-stop's signal, which the thread was about to get)."""
+    while True:
+        try:
+            got, status = os.waitpid(tid, WALL | os.WNOHANG)
+        except ChildProcessError:
+            return None
+        except InterruptedError:
+            continue
+        if got == 0:
+            return False
+        if os.WIFEXITED(status) or os.WIFSIGNALED(status):
+            return None
+        if os.WIFSTOPPED(status):
+            return 0 if status >> 16 == PTRACE_EVENT_STOP else os.WSTOPSIG(status)
+        return False
+
+
+def _hold_seconds() -> float:
     try:
-        seconds = float(os.environ.get(HOLD_ENV, "0"))
+        return max(float(os.environ.get(HOLD_ENV, "0")), 0.0)
     except ValueError:
-        return
+        return 0.0
+
+
+def _hold_for_tests(seconds: float, interrupted: list[bool]) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end and not interrupted:
         time.sleep(0.01)
@@ -438,6 +472,12 @@ def _hold_for_tests(interrupted: list[bool]) -> None:
 def snapshot(info: Survey, *, sysroot: str | None = None,
              stack_limit: int = STACK_COPY_LIMIT) -> Snapshot:
     """Stop every thread of the surveyed process, copy registers and stacks, let go.
+
+    Each thread is let go as soon as its own registers and stack are
+    copied: on a loaded machine a thread may wait many milliseconds for a
+    CPU before it can enter its stop, and the threads stopped first then
+    run on meanwhile instead of waiting for it (a backtrace needs each
+    thread's own stack consistent, not all of them at one instant).
 
     Nothing here opens a file but ``/proc/PID/task`` and ``/proc/PID/mem``;
     ``sysroot`` only tells the returned memory where the mapped files are
@@ -456,48 +496,75 @@ def snapshot(info: Survey, *, sysroot: str | None = None,
         old_handler = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
     except ValueError:
         pass  # not the main thread: leave signals alone
+    hold = _hold_seconds()
     fd = -1
     started = time.monotonic()
-    stopped_for = 0.0
+    deadline = started + STOP_TIMEOUT
+    waited = copied = detached = longest = 0.0
+    threads: list[Thread] = []
+    stacks: list[tuple[int, bytes]] = []
+    regions = info.regions
+    stopped_at: dict[int, float] = {}
     try:
-        seized.stop_all()
+        for _ in range(100):  # until no new thread appears
+            new = seized.interrupt_new()
+            if not new:
+                break
+            if fd < 0 and info.view in seized.seized:
+                try:
+                    fd = os.open(f"/proc/{pid}/task/{info.view}/mem", os.O_RDONLY | os.O_CLOEXEC)
+                except OSError as exc:
+                    raise ProcessError(f"process {pid}: {exc.strerror or exc} (did it exit?)"
+                                       ) from None
+            wait_from = time.monotonic()
+            for tid, stopped_by in seized.each_stop(new, deadline):
+                at = time.monotonic()
+                waited += at - wait_from
+                stopped_at[tid] = stopped_by
+                try:
+                    thread = _read_regs(libc, info.arch, tid)
+                except OSError as exc:
+                    if tid == info.view:
+                        raise ProcessError(f"process {pid}: {exc.strerror or exc} "
+                                           "(did it exit?)") from None
+                    thread = None
+                if thread is not None and fd >= 0:
+                    threads.append(thread)
+                    sp = thread.regs.get(info.arch.sp, 0)
+                    if not any(r.start <= sp < r.end for r in regions):
+                        # A thread started after the survey: its stack is new.
+                        regions = tuple(_read_regions(f"/proc/{pid}/task/{info.view}/maps"))
+                    _copy_stack(fd, regions, sp, stack_limit, stacks, info.arch)
+                wait_from = time.monotonic()
+                copied += wait_from - at
+                if not hold:
+                    seized.detach(tid)
+                    ended = time.monotonic()
+                    detached += ended - wait_from
+                    longest = max(longest, ended - stopped_by)
+                    wait_from = ended
         if info.view not in seized.stopped:
             raise ProcessError(f"process {pid}: exited while being attached")
-        try:
-            fd = os.open(f"/proc/{pid}/task/{info.view}/mem", os.O_RDONLY | os.O_CLOEXEC)
-            threads = []
-            for tid in sorted(seized.stopped, key=lambda t: (t != pid, t)):
-                try:
-                    threads.append(_read_regs(libc, info.arch, tid))
-                except OSError:
-                    if tid == info.view:
-                        raise
-            stacks: list[tuple[int, bytes]] = []
-            regions = info.regions
-            for thread in threads:
-                sp = thread.regs.get(info.arch.sp, 0)
-                if not any(r.start <= sp < r.end for r in regions):
-                    # A thread started after the survey: its stack is new.
-                    regions = tuple(_read_regions(f"/proc/{pid}/task/{info.view}/maps"))
-                _copy_stack(fd, regions, sp, stack_limit, stacks, info.arch)
-        except OSError as exc:
-            raise ProcessError(f"process {pid}: {exc.strerror or exc} (did it exit?)") from None
-        _hold_for_tests(interrupted)
+        _hold_for_tests(hold, interrupted)
     finally:
         if fd >= 0:
             os.close(fd)
         seized.detach_all()
-        stopped_for = time.monotonic() - started
+        if hold or not stopped_at:
+            ended = time.monotonic()
+            longest = max([longest, *(ended - at for at in stopped_at.values())])
         if old_handler is not None:
             signal.signal(signal.SIGINT, old_handler)
     if interrupted:
         raise KeyboardInterrupt
+    threads.sort(key=lambda t: (t.lwp != pid, t.lwp))
     return Snapshot(pid, info.arch, tuple(threads), info.mappings,
-                    _memory(stacks, info.regions, sysroot), stopped_for,
+                    _memory(stacks, info.regions, sysroot), longest,
                     sum(len(data) for _, data in stacks), notes=info.notes,
                     regions=tuple(name_stacks(
                         [AddressRegion(r.start, r.end, r.executable, r.path) for r in regions],
-                        [t.regs.get(info.arch.sp) for t in threads])))
+                        [t.regs.get(info.arch.sp) for t in threads])),
+                    phases=(("wait", waited), ("copy", copied), ("detach", detached)))
 
 
 def _memory(stacks: list[tuple[int, bytes]], regions: tuple[Region, ...],

@@ -103,3 +103,39 @@ def test_saved_fp_cycle_core(cycle: tuple[Path, Path], version: str, tmp_path: P
                      plugin=False)
     _check_cycle(command_output(out, "bt"), command_output(out, "sframe bt"),
                  command_output(alone, "bt"))
+
+
+# -- an expression call stopped at a breakpoint inside it ---------------------------
+
+EXPR = 'script lldb.debugger.HandleCommand("expr -i false -- ((int(*)(int))f2)(2)")'
+"""Through ``script``: batch mode stops at a command that fails, and an
+expression that hits a breakpoint fails."""
+
+
+def _entry(program: Path) -> int:
+    from elftools.elf.elffile import ELFFile
+    with open(program, "rb") as stream:
+        return int(ELFFile(stream).header["e_entry"])
+
+
+@pytest.mark.parametrize("version", [
+    pytest.param(v, marks=pytest.mark.xfail(strict=True, reason=(
+        "LLDB unwinds a pc that no symbol covers (the expression's return address is "
+        "the entry point; pc - 1 is before _start) with .eh_frame alone, never "
+        ".debug_frame: the symbol file must also carry the entry function's FDE in an "
+        ".eh_frame section (sframe_core/symfile.py; LLDB 22 and 23 merge it, 21 does "
+        "not)"))) for v in VERSIONS])
+def test_expression_call_stopped_inside(version: str, tmp_path: Path) -> None:
+    """``expr -i false -- f2(2)`` stops at a breakpoint in f4: the twin's
+    ``bt`` is f4, f2, ``$__lldb_expr``, then the frame at the expression's
+    return address, which LLDB makes the entry point."""
+    from helpers import X86, need
+    twin, noeh = need(X86 / "busid-v3" / "deep"), need(X86 / "busid-v3" / "deep.noeh")
+    steps = ["breakpoint set -n main", "process launch", "breakpoint set -n f4", EXPR, "bt"]
+    alone = _frames(command_output(run_lldb(version, [f"target create {twin}", *steps],
+                                            plugin=False), "bt"))
+    assert [f.name for f in alone[:3]] == ["f4", "f2", "$__lldb_expr"], alone
+    assert len(alone) == 4 and alone[3].pc == 0x555555554000 + _entry(twin), alone
+    out = run_lldb(version, [f"target create {noeh}", *steps], env=_env(tmp_path))
+    assert "Traceback" not in out
+    assert _frames(command_output(out, "bt")) == alone, out[-3000:]
