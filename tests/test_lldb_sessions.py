@@ -139,3 +139,85 @@ def test_expression_call_stopped_inside(version: str, tmp_path: Path) -> None:
     out = run_lldb(version, [f"target create {noeh}", *steps], env=_env(tmp_path))
     assert "Traceback" not in out
     assert _frames(command_output(out, "bt")) == alone, out[-3000:]
+
+
+# -- gdb-remote to GNU gdbserver ----------------------------------------------------
+
+LOST = ("sframe: LLDB dropped this stop's reason (its report lacks the thread and frame "
+        "lines): LLDB runs stop-hooks at a connection's first stop before reading the "
+        "stub's stop reply, and this stub cannot resend it (GNU gdbserver: no "
+        "qThreadStopInfo); 'target stop-hook disable' before 'gdb-remote' and 'target "
+        "stop-hook enable' after it avoid that (the plugin's hook then starts at the next "
+        "stop)")
+
+
+def _gdbserver_session(version: str, program: Path, *, plugin: bool, before: list[str],
+                       after: list[str], env: dict[str, str] | None = None) -> str:
+    """``target create``, ``gdb-remote`` to GNU gdbserver running ``program``
+    (``before`` and ``after`` the connection), then ``continue`` to stop_here
+    and ``bt``."""
+    import socket
+    import time
+
+    from helpers import missing
+    gdbserver = shutil.which("gdbserver")
+    if gdbserver is None:
+        missing("gdbserver is missing (scripts/setup.sh installs it)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    server = subprocess.Popen([gdbserver, f"127.0.0.1:{port}", str(program)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        return run_lldb(version, [f"target create {program}", *before,
+                                  f"gdb-remote 127.0.0.1:{port}", *after,
+                                  "breakpoint set -n stop_here", "continue", "bt",
+                                  "process kill"], plugin=plugin, env=env)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _report(transcript: str) -> str:
+    """What ``gdb-remote`` printed, the process id and module name taken out."""
+    found = re.search(r"^\(lldb\) gdb-remote \S+\n(.*?)^\(lldb\) ", transcript, re.M | re.S)
+    assert found, transcript
+    text = found.group(1).replace(".noeh", "")
+    return re.sub(r"Process \d+", "Process N", text)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_gdbserver_stop_report(version: str, tmp_path: Path) -> None:
+    """LLDB alone on the twin prints the connection's stop report; with any
+    stop-hook that runs at the first stop (``script pass`` here, without the
+    plugin) LLDB drops it, which is what the plugin's stop-hook meets: the
+    plugin says so in one line, and ``target stop-hook disable`` around the
+    connection gives the twin's report. ``bt`` at stop_here is the twin's."""
+    from helpers import X86, need
+    twin, noeh = need(X86 / "busid-v3" / "deep"), need(X86 / "busid-v3" / "deep.noeh")
+    alone = _gdbserver_session(version, twin, plugin=False, before=[], after=[])
+    report = _report(alone)
+    assert re.fullmatch(r"Process N stopped\n\* thread #1, stop reason = signal SIGTRAP\n"
+                        r"\s+frame #0: 0x[0-9a-f]+ ?\n(?:(?:->)?\s+0x[0-9a-f]+: .*\n)*",
+                        report), alone
+    want = _frames(command_output(alone, "bt"))
+    assert [f.name for f in want[:4]] == ["stop_here", "f4", "f2", "f1"], alone
+
+    hooked = _gdbserver_session(version, twin, plugin=False,
+                                before=['target stop-hook add -o "script pass"'], after=[])
+    assert _report(hooked) == "Process N stopped\n", hooked
+
+    out = _gdbserver_session(version, noeh, plugin=True, before=[], after=[],
+                             env=_env(tmp_path))
+    assert "Traceback" not in out
+    assert out.count(LOST) == 1, out
+    assert _report(out).replace(LOST + "\n", "") == "Process N stopped\n", out
+    assert _frames(command_output(out, "bt")) == want, out
+
+    quiet = _gdbserver_session(version, noeh, plugin=True, before=["target stop-hook disable"],
+                               after=["target stop-hook enable"], env=_env(tmp_path))
+    assert _report(quiet) == report, quiet
+    assert LOST not in quiet
+    assert _frames(command_output(quiet, "bt")) == want, quiet
