@@ -204,6 +204,8 @@ def _run(args: argparse.Namespace) -> int:
           "at the median")
     for flag, label in ((True, "boosted"), (False, "not boosted")):
         each = [m for m, b in zip(ms, boosted, strict=True) if b is flag]
+        if not each:
+            continue
         print(f"  {label:12s} (every other attach) median {statistics.median(each):6.2f} ms   "
               f"max {max(each):6.2f} ms   (nice lowered by {BOOST} while stopped: "
               f"{'allowed' if _may_boost() else 'not allowed here, so no difference'})")
