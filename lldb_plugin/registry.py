@@ -202,6 +202,7 @@ class StopHook:
         try:
             target = exe_ctx.GetTarget()
             if target.IsValid():
+                _say_if_stop_reasons_lost(target)
                 symfiles.route_target(target.GetDebugger(), target)
             if target.IsValid() and target_key(target) not in _ids and _provider_wanted(target):
                 # LLDB 23 runs the new provider at once, inside this hook, where
@@ -214,6 +215,43 @@ class StopHook:
         except Exception as exc:  # noqa: BLE001
             warn(f"stop-hook: {type(exc).__name__}: {exc}")
         return True
+
+
+_first_stops: set[tuple[object, int]] = set()
+
+
+def _say_if_stop_reasons_lost(target: lldb.SBTarget) -> None:
+    """Say once if a remote process's first stop came without any stop reason.
+
+    LLDB (21, 22 and 23) runs stop-hooks at the first stop of a connection
+    (``gdb-remote``, ``process connect``, attach) before it has applied the
+    stub's stop reply, and asks each thread's stop reason then; a stub that
+    cannot tell it again (GNU gdbserver has no ``qThreadStopInfo``) leaves it
+    empty, so the stop report (``* thread #1, stop reason = signal
+    SIGTRAP``, frame 0) is not printed. Any stop-hook does it, without the
+    plugin too; one that does not run at the first stop does not, but the
+    plugin needs that stop for cores and attaches. So it is said, with the
+    way round it, instead of passing in silence.
+    """
+    process = target.GetProcess()
+    if not process.IsValid() or process.GetState() != lldb.eStateStopped:
+        return
+    key = (target_key(target), process.GetProcessID())
+    if key in _first_stops:
+        return
+    _first_stops.add(key)
+    if is_core(target) or process.GetNumThreads() == 0:
+        return
+    if any(process.GetThreadAtIndex(i).GetStopReason() != lldb.eStopReasonNone
+           for i in range(process.GetNumThreads())):
+        return
+    warn_once(("lost-stop-reason", key),
+              "LLDB dropped this stop's reason (its report lacks the thread and frame "
+              "lines): LLDB runs stop-hooks at a connection's first stop before reading "
+              "the stub's stop reply, and this stub cannot resend it (GNU gdbserver: no "
+              "qThreadStopInfo); 'target stop-hook disable' before 'gdb-remote' and 'target "
+              "stop-hook enable' after it avoid that (the plugin's hook then starts at the "
+              "next stop)")
 
 
 def _add_stop_hook(debugger: lldb.SBDebugger, target: lldb.SBTarget | None,

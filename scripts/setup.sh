@@ -29,7 +29,7 @@ if [ -z "${SETUP_SKIP_APT:-}" ]; then
   step "apt-get update"
   q $SUDO apt-get update
   pkgs=(gcc libc6-dev libc6-dbg make gdb gdb-multiarch binutils python3 python3-venv python3-dev
-        file elfutils procps)
+        file elfutils procps gdbserver)
   # qemu-user: Debian 12 has qemu-user; Debian 13 may split qemu-user / qemu-user-binfmt
   for p in qemu-user qemu-user-binfmt; do
     if apt_has "$p"; then pkgs+=("$p"); break; fi

@@ -290,3 +290,72 @@ def test_fifo_behind_sysroot_never_blocks(tmp_path: Path) -> None:
             f"{int(out.stdout.split()[5], 16):#x} in {libc}: {fifo}: not a regular file (a FIFO)")
         assert _state(proc.pid) == "S"
         assert _status(proc.pid)["TracerPid"] == "0"
+
+
+# -- a handler on the alternate signal stack (sigaltstack) -----------------------
+
+ALTSTACK_CALLERS = {
+    "segv": ["seg2", "seg1", "main"],
+    "usr1": ["kill", "usr2", "usr1", "main"],
+}
+START = ["__libc_start_call_main", "__libc_start_main", "_start"]
+
+
+@pytest.fixture(scope="module")
+def altstack(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """tests/fixtures/src/altstack.c: the ``.noeh`` program, and its twin under
+    the same file name in another directory of the same length (so both
+    start with the same stack, byte for byte, and overflow at the same depth)."""
+    from helpers.host_programs import build
+    out = tmp_path_factory.mktemp("altstack")
+    built = build("altstack", out / "a")
+    twin_dir = out / "b"
+    twin_dir.mkdir()
+    twin = twin_dir / built.noeh.name
+    shutil.copy2(built.twin, twin)
+    return built.noeh, twin
+
+
+def _altstack_pair(noeh: Path, twin: Path, mode: str, tmp_path: Path
+                   ) -> tuple[dict, dict[int, list[int]]]:  # type: ignore[type-arg]
+    """Our ``--pid`` JSON on ``noeh`` and gdb's PCs on ``twin``, both in the
+    handler of ``mode``; overflow runs with a 256 KiB stack (``ulimit -s``)."""
+    def start(program: Path):  # type: ignore[no-untyped-def]
+        if mode != "overflow":
+            return running(program, mode)
+        return running(Path("/bin/sh"), "-c", f"ulimit -s 256 && exec {program} {mode}")
+    with start(twin) as other, start(noeh) as proc:
+        gdb = gdb_attach_pcs(other.pid, tmp_path)
+        data = sframe_json("backtrace", "--pid", str(proc.pid))
+    return data, gdb
+
+
+@pytest.mark.gdb
+@pytest.mark.parametrize("mode", ["segv", "usr1"])
+def test_pid_handler_on_the_alternate_stack(altstack: tuple[Path, Path], mode: str,
+                                            tmp_path: Path) -> None:
+    """The handler's callers are on the main stack, which the signal frame
+    returns to: copied too, so the walk goes on past the signal frame."""
+    noeh, twin = altstack
+    data, gdb = _altstack_pair(noeh, twin, mode, tmp_path)
+    frames = data["threads"][0]["frames"]
+    names = [f["function"] for f in frames]
+    assert names[names.index("on_signal") + 2:] == ALTSTACK_CALLERS[mode] + START, names
+    assert data["threads"][0]["stop"]["reason"] == "outermost"
+    assert list(our_pcs(data).values()) == list(gdb.values())
+
+
+@pytest.mark.gdb
+def test_pid_stack_overflow_caught_on_the_alternate_stack(altstack: tuple[Path, Path],
+                                                          tmp_path: Path) -> None:
+    """A SIGSEGV at the guard page, handled on the alternate stack: the
+    interrupted stack pointer is below the stack's mapping, the whole
+    (256 KiB) stack is copied, and every runaway frame is there, as gdb
+    shows them on the twin."""
+    noeh, twin = altstack
+    data, gdb = _altstack_pair(noeh, twin, "overflow", tmp_path)
+    names = [f["function"] for f in data["threads"][0]["frames"]]
+    runaway = names[names.index("on_signal") + 2:-len(START) - 1]
+    assert len(runaway) > 1000 and set(runaway) == {"runaway"}, names[:10]
+    assert names[-len(START) - 1:] == ["main", *START]
+    assert list(our_pcs(data).values()) == list(gdb.values())
