@@ -203,6 +203,14 @@ def _transfer(state: _State, eff: Effect, index: dict[int, int]) -> _State:
     return _State(sp, fp, tuple(regs), alt)
 
 
+def _inert(eff: Effect) -> bool:
+    """Whether ``_transfer`` gives back the state it is given for ``eff``: no
+    store, load, register write, copy or pointer change (then no held value
+    is overwritten either, so ``_moves`` keeps every register as it is)."""
+    return not (eff.stores or eff.loads or eff.clobbers or eff.others or eff.moves) \
+        and eff.sp is None and eff.fp is None and eff.alt is None
+
+
 def _moves(regs: list[_Reg], before: tuple[_Reg, ...], eff: Effect,
            index: dict[int, int]) -> list[_Reg]:
     """Copies to and from other registers: a register written forgets the
@@ -317,6 +325,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     entry = _reconcile(_State(-_ENTRY_CFA[arch.name], None,
                               tuple((None, True, False, None) for _ in tracked)),
                        anchors[0])
+    inert = [_inert(eff) for eff in effects]
     states: list[_State | None] = [None] * len(effects)
     states[0] = entry
     work = [0]
@@ -340,7 +349,9 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
             state = states[i]
             assert state is not None
             eff = effects[i]
-            out = _transfer(state, eff, index)
+            # Most instructions touch no tracked register, slot or pointer:
+            # their transfer is the identity (``_inert``), skipped.
+            out = state if inert[i] else _transfer(state, eff, index)
             flow = eff.flow
             if flow is Flow.INDIRECT:
                 if i in tables:
@@ -378,8 +389,17 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
             break
     red_zone = _RED_ZONE.get(arch.name, 0)
     spans: list[Span] = []
+    # Neighbouring instructions mostly share a state: its rules are made once.
+    made: dict[tuple[int | None, tuple[_Reg, ...]], Regs] = {}
     for eff, state in zip(effects, states, strict=True):
-        regs: Regs = () if state is None else _rules(state, tracked, red_zone)
+        if state is None:
+            regs: Regs = ()
+        else:
+            shape = (state.sp, state.regs)  # all that _rules reads
+            rules = made.get(shape)
+            if rules is None:
+                rules = made[shape] = _rules(state, tracked, red_zone)
+            regs = rules
         if spans and spans[-1].regs == regs and spans[-1].end == eff.address:
             spans[-1] = spans[-1]._replace(end=eff.address + eff.size)
         else:
