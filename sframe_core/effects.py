@@ -111,6 +111,8 @@ _DECODERS: dict[str, _Decoder | None] = {}
 # each); past it the memo starts again.
 _MEMO_SIZE = 1 << 16
 _WRAP = 1 << 64
+# An Effect from its fields in order, without NamedTuple's Python-level __new__.
+_new = tuple.__new__
 
 
 def _bare_target(op_str: str) -> int | None:
@@ -225,8 +227,8 @@ class _Decoder:
                 return None
             target = hit.target
             if target is None or _printed(op_str, target := target + addr - hit.address):
-                return Effect(addr, size, hit.flow, target, hit.stores, hit.loads, hit.clobbers,
-                              hit.sp, hit.fp, f"{mnem} {op_str}", hit.alt, hit.others, hit.moves)
+                return _new(Effect, (addr, size, hit[2], target, *hit[4:9], f"{mnem} {op_str}",
+                                     *hit[10:]))
         # A direct branch or call (``jne 0x401000``, ``bl #0x401000``: the target
         # is its only operand) does the same as every other of its mnemonic and
         # length but for the target, which its text prints (``shaped_branches``:
@@ -236,8 +238,8 @@ class _Decoder:
         if target is not None:
             hit = self._branches.get(shape)
             if hit is not None:
-                return Effect(addr, size, hit.flow, target, hit.stores, hit.loads, hit.clobbers,
-                              hit.sp, hit.fp, f"{mnem} {op_str}", hit.alt, hit.others, hit.moves)
+                return _new(Effect, (addr, size, hit[2], target, *hit[4:9], f"{mnem} {op_str}",
+                                     *hit[10:]))
         found = None
         for insn in self._cs.disasm(key, addr, 1):
             found = insn
