@@ -25,6 +25,8 @@ BENCHES = {
     "bench_dwarf": (["--fdes", "300", "--repeat", "1"], "worst reload"),
     "bench_pid": (["--attaches", "3", "--interval", "0.01"], "signals:"),
     "bench_symbols": (["--symbols", "2000"], "command:"),
+    "bench_core_start": (["--runs", "1"], "in-process command"),
+    "bench_scale": (["--sizes", "100", "--lldb", "23", "--real", "none"], "frames agree"),
     "bench_saved": ([str(ROOT / "tests" / "fixtures" / "realprogs" / "bzip2" / "busid-v3-Os" / "bzip2")],
                     "us per code byte"),
 }
