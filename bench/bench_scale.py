@@ -210,7 +210,11 @@ def lldb_first_bt(version: str, binary: Path, stop: str, args: list[str], *, plu
         session.cmd(f"breakpoint set -n {stop}")
         session.cmd("process launch -o /dev/null -- " + " ".join(args))
         frames = parse_bt(session.cmd("bt"))
-        return time.perf_counter() - start, len(frames)
+        elapsed = time.perf_counter() - start
+        if plugin and "not a valid command" in session.cmd("sframe status"):
+            raise SystemExit(f"lldb-{version}: the plugin did not load (is the checkout's .venv "
+                             "there, or VIRTUAL_ENV set?)")
+        return elapsed, len(frames)
     finally:
         session.close()
 

@@ -159,7 +159,8 @@ def decoder_for(arch: Arch) -> _Decoder | None:
 
 
 class _Decoder:
-    """A capstone instance with details on, and register ids -> DWARF numbers."""
+    """Two capstone handles (one with details, for each distinct encoding; one
+    without, for every instruction), and register ids -> DWARF numbers."""
 
     tracked: tuple[int, ...] = ()
     # A direct branch's effect is the same wherever it goes (see _lite_effect).
@@ -181,7 +182,7 @@ class _Decoder:
         # ``_effect`` refused them). Compilers repeat encodings endlessly
         # (push rbx, mov rbp, rsp, ret, the same spills): most instructions of
         # a module are reused from here with their address, text and branch
-        # target moved (see ``_reuse``), never decoded in detail again.
+        # target moved (see ``_lite_effect``), never decoded in detail again.
         self._memo: dict[bytes, Effect | None] = {}
         # (mnemonic, length) -> a direct branch's effect (see ``_lite_effect``).
         self._branches: dict[tuple[str, int], Effect] = {}
