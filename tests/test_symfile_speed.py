@@ -113,3 +113,28 @@ def test_to_dwarf_jobs(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.splitlines()[-1] == ("sframe to-dwarf: error: argument -j/--jobs: invalid "
                                            "positive integer value: '0'")
+
+
+def test_printed_targets() -> None:
+    """The branch targets the memo moves are checked against capstone's text."""
+    assert effects._bare_target("0x401000") == 0x401000
+    assert effects._bare_target("#0x10") == 0x10
+    assert effects._bare_target("0xffffffffffffffff") == -1  # capstone's imm is signed 64-bit
+    assert effects._bare_target("rax") is None
+    assert effects._bare_target("%r14, 0x1000") is None
+    assert effects._printed("w0, #3, #0x401000", 0x401000)
+    assert effects._printed("0xffffffffffffffff", -1)
+    assert not effects._printed("0x10", 0x11)
+    assert not effects._printed("qword ptr [rip + 0x10]", 0x10)
+
+
+def test_s390x_trap_jump_is_not_a_moved_jump() -> None:
+    """``j .+2`` traps (its target is inside it): no other ``j`` of its length stands for it."""
+    from sframe_core.abi import S390X
+
+    decoder = decoder_for(S390X)
+    assert decoder is not None
+    jump = list(decoder.effects(bytes.fromhex("a7f40010"), 0x1000))[0]
+    trap = list(decoder.effects(bytes.fromhex("a7f40001"), 0x2000))[0]
+    assert jump is not None and (jump.flow, jump.target) == (effects.Flow.JUMP, 0x1020)
+    assert trap is not None and (trap.flow, trap.target) == (effects.Flow.STOP, None)
