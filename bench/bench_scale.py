@@ -193,17 +193,12 @@ def cache_hit(noeh: Path, cache: Path) -> float:
 def lldb_first_bt(version: str, binary: Path, stop: str, args: list[str], *, plugin: bool,
                   cache: Path | None) -> tuple[float, int]:
     """(seconds from starting LLDB to the end of the first ``bt``, frames)."""
-    from tests.helpers.lldbtools import Session, parse_bt
+    from bench.bench_lldb import session_with
+    from tests.helpers.lldbtools import parse_bt
 
-    saved = dict(os.environ)
-    if cache is not None:
-        os.environ["XDG_CACHE_HOME"] = str(cache)
     start = time.perf_counter()
-    try:
-        session = Session(version, plugin=plugin, timeout=1800)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    session = session_with(version, plugin=plugin, timeout=1800,
+                           env={"XDG_CACHE_HOME": str(cache)} if cache is not None else None)
     try:
         session.cmd("settings set show-statusline false")
         session.cmd(f"target create {binary}")
