@@ -76,11 +76,26 @@ def test_memo_gives_the_detailed_effects(path: Path) -> None:
     assert functions > 50 and reused > instructions // 2, (functions, instructions, reused)
 
 
-def test_workers_write_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("threads", [1, 2], ids=["fork", "spawn"])
+def test_workers_write_the_same_bytes(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """Forked workers (a process without other threads) and spawned ones alike."""
+    import threading
+
     one = symfile.symbol_file_bytes(str(LUA_X86))
     monkeypatch.setattr(symfile, "PARALLEL_MIN_FDES", 1)
     monkeypatch.setattr(symfile, "_PART_MIN", 64)  # lua5.4: 797 FDEs, 13 parts
+    monkeypatch.setattr(threading, "active_count", lambda: threads)
+    here: list[range] = []  # parts the parent made itself (the fallback)
+    functions = symfile.functions
+
+    def parent_functions(section: Any, rows_for: Any = None, fdes: range | None = None) -> Any:
+        if fdes is not None:
+            here.append(fdes)
+        return functions(section, rows_for, fdes)
+
+    monkeypatch.setattr(symfile, "functions", parent_functions)
     assert symfile.symbol_file_bytes(str(LUA_X86), jobs=2) == one
+    assert here == []
 
 
 def test_no_workers_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
