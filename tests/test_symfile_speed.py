@@ -153,3 +153,23 @@ def test_s390x_trap_jump_is_not_a_moved_jump() -> None:
     trap = list(decoder.effects(bytes.fromhex("a7f40001"), 0x2000))[0]
     assert jump is not None and (jump.flow, jump.target) == (effects.Flow.JUMP, 0x1020)
     assert trap is not None and (trap.flow, trap.target) == (effects.Flow.STOP, None)
+
+
+def test_to_dwarf_cache_is_the_plugins_cache(tmp_path: Path) -> None:
+    """``to-dwarf --cache``: made by a process of its own, found by ``symbol_file_for``."""
+    bzip2 = FIXTURES / "realprogs" / "bzip2" / "busid-v3" / "bzip2.noeh"
+    cache = tmp_path / "cache"
+    runs = [subprocess.run([sys.executable, "-m", "sframe_core", "to-dwarf", str(bzip2), "--cache",
+                            str(cache)], cwd=ROOT, capture_output=True, text=True)
+            for _ in range(2)]
+    assert [(r.returncode, r.stderr) for r in runs] == [(0, ""), (0, "")]
+    path = runs[0].stdout.strip()
+    assert runs[1].stdout.strip() == path and Path(path).parent == cache
+    found = symfile.symbol_file_for(str(bzip2), cache=str(cache))
+    assert (found.path, found.cached) == (path, True)
+    assert Path(path).read_bytes() == symfile.symbol_file_bytes(str(bzip2))
+    both = subprocess.run([sys.executable, "-m", "sframe_core", "to-dwarf", str(bzip2), "--cache",
+                           "-o", str(tmp_path / "x")], cwd=ROOT, capture_output=True, text=True)
+    assert both.returncode == 2
+    assert both.stderr.splitlines()[-1] == ("sframe: error: give one of -o OUT, --build-id-dir DIR "
+                                            "and --cache")
