@@ -30,15 +30,21 @@ from pathlib import Path
 from tests.helpers.lldbtools import FIXTURES, Session, break_command, parse_bt
 
 
-def timed_bt(version: str, binary: Path, twin: Path, depth: int, *, plugin: bool,
-             command: str = "bt", env: dict[str, str] | None = None) -> tuple[float, int]:
+def session_with(version: str, *, plugin: bool, env: dict[str, str] | None = None,
+                 timeout: int = 900) -> Session:
+    """An LLDB session whose environment has ``env`` added (``Session`` copies ours)."""
     saved = dict(os.environ)
     os.environ.update(env or {})
     try:
-        session = Session(version, plugin=plugin, timeout=900)
+        return Session(version, plugin=plugin, timeout=timeout)
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def timed_bt(version: str, binary: Path, twin: Path, depth: int, *, plugin: bool,
+             command: str = "bt", env: dict[str, str] | None = None) -> tuple[float, int]:
+    session = session_with(version, plugin=plugin, env=env)
     try:
         session.cmd("settings set show-statusline false")
         session.cmd(f"target create {binary}")

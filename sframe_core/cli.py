@@ -304,15 +304,47 @@ def _configure_to_dwarf(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--build-id-dir", metavar="DIR",
                         help="write it as DIR/.build-id/xx/yyyy.debug, where gdb "
                              "(set debug-file-directory DIR) and elfutils find it")
+    parser.add_argument("--cache", metavar="DIR", nargs="?", const="", default=None,
+                        help="put it in the symbol file cache the debugger plugins read "
+                             "(DIR, default $XDG_CACHE_HOME/sframe-gdb/symbols), unless it is "
+                             "there already; prints its path")
+    parser.add_argument("-j", "--jobs", metavar="N", type=_jobs, default=None,
+                        help="worker processes for a large module (default: the usable CPUs, "
+                             "at most 8; 1: in this process); the output is the same")
+
+
+def _jobs(text: str) -> int:
+    value = int(text)  # a ValueError is a usage error (argparse)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+_jobs.__name__ = "positive integer"  # argparse: "invalid positive integer value: '0'"
 
 
 @command("to-dwarf", "write a symbol file whose .debug_frame says what .sframe says",
          _configure_to_dwarf)
 def run_to_dwarf(args: argparse.Namespace) -> int:
-    from .symfile import build_id_path, read_module, write_symbol_file
+    from .symfile import (
+        build_id_path,
+        default_jobs,
+        read_module,
+        symbol_file_for,
+        write_symbol_file,
+    )
 
-    if args.output and args.build_id_dir:
-        raise UsageError("give -o OUT or --build-id-dir DIR, not both")
+    if sum(x is not None for x in (args.output, args.build_id_dir, args.cache)) > 1:
+        raise UsageError("give one of -o OUT, --build-id-dir DIR and --cache")
+    jobs = args.jobs or default_jobs()
+    if args.cache is not None:
+        # The plugins' cache (symfile.symbol_file_for): a debugger can have
+        # this made by a process of its own and find it there.
+        found = symbol_file_for(args.file, cache=args.cache or None, jobs=jobs)
+        if found.warning:
+            _error(sys.stderr, found.warning)
+        sys.stdout.write(f"{found.path}\n")
+        return 0
     out = args.output or f"{args.file}.debug"
     if args.build_id_dir:
         build_id = read_module(args.file).build_id
@@ -323,7 +355,7 @@ def run_to_dwarf(args: argparse.Namespace) -> int:
             os.makedirs(os.path.dirname(out), exist_ok=True)
         except OSError as exc:
             raise CommandFailed(f"{os.path.dirname(out)}: {exc.strerror or exc}") from None
-    made = write_symbol_file(args.file, out)
+    made = write_symbol_file(args.file, out, jobs=jobs)
     sys.stdout.write(f"{made.path}\n")
     return 0
 

@@ -40,7 +40,7 @@ from .rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
 from .section import SFrameSection
 
 __all__ = ["CALLEE_SAVED", "MAX_BLOCKS", "debug_frame", "encode_rows", "Function",
-           "functions", "entry_function", "encode_functions"]
+           "functions", "entry_function", "encode_functions", "Encoded", "encoded", "assemble"]
 
 # Registers the psABI makes callee-saved (DWARF numbers), besides the FP and
 # RA columns that every row gives a rule for.
@@ -268,17 +268,19 @@ class Function(NamedTuple):
 
 
 def functions(section: SFrameSection,
-              rows_for: Callable[[FDE, int], list[Row]] | None = None) -> Iterator[Function]:
+              rows_for: Callable[[FDE, int], list[Row]] | None = None,
+              fdes: range | None = None) -> Iterator[Function]:
     """Every function of ``section`` with its rows, in FDE order.
 
     ``rows_for(fde, block)`` gives an FDE's rows (default: the SFrame rows;
     callers with more knowledge, such as saved-register rules, pass their own).
+    ``fdes``: only the FDEs of these indices (a worker's share of a module).
 
     :raises FormatError: an FDE or its FREs are corrupt.
     """
     get_rows = rows_for or section.fde_rows
     pac = section.arch.abi_id in (AARCH64_LE.abi_id, AARCH64_BE.abi_id)
-    for fde in section.iter_fdes():
+    for fde in (section.iter_fdes() if fdes is None else map(section.get_fde, fdes)):
         if fde.size == 0 or fde.num_fres == 0:
             continue
         blocks = 1
@@ -328,6 +330,45 @@ def encode_functions(funcs: Iterable[Function], arch: Arch, *, offset: int = 0) 
     ``offset``: where these bytes will start in the section (after a
     compiler's own entries), as CIE pointers are section offsets.
     """
+    return assemble(encoded(funcs, arch), arch, offset=offset)
+
+
+class Encoded(NamedTuple):
+    """One function's FDE but for its CIE pointer: what ``assemble`` lays out.
+
+    Small and position-free, so that worker processes can make these for
+    parts of a module and the parent put them in order (``symfile``)."""
+
+    start: int
+    end: int
+    signal: bool
+    b_key: bool
+    program: bytes
+
+
+def encoded(funcs: Iterable[Function], arch: Arch) -> Iterator[Encoded]:
+    """Each function's FDE program (``encode_rows``), in order."""
+    # Functions repeat a few row shapes (leaf, push-rbp prologue, ...): their
+    # programs are encoded once.
+    programs: dict[tuple[object, ...], bytes] = {}
+    for func in funcs:
+        if not 0 <= func.start < func.end <= 1 << 64:
+            raise FormatError(f"function at {func.start:#x}-{func.end:#x} is outside the "
+                              "64-bit address space")
+        shape = tuple((r.start - func.start, r.cfa, r.ra, r.fp, r.regs, r.ra_signed, r.outermost)
+                      for r in func.rows)
+        program = programs.get(shape)
+        if program is None:
+            program = encode_rows(func.rows, arch, func.start)
+            if len(programs) >= 4096:
+                programs.clear()
+            programs[shape] = program
+        yield Encoded(func.start, func.end, func.signal, func.b_key, program)
+
+
+def assemble(items: Iterable[Encoded], arch: Arch, *, offset: int = 0) -> bytes:
+    """The ``.debug_frame`` bytes of ``items`` in order, each CIE written before
+    the first FDE that needs it (``offset`` as in ``encode_functions``)."""
     endian = ">" if arch.big_endian else "<"
     u32, u64 = struct.Struct(endian + "I"), struct.Struct(endian + "Q")
     out = bytearray()
@@ -354,25 +395,11 @@ def encode_functions(funcs: Iterable[Function], arch: Arch, *, offset: int = 0) 
             out.extend(pad(body))
         return cies[key]
 
-    # Functions repeat a few row shapes (leaf, push-rbp prologue, ...): their
-    # programs are encoded once.
-    programs: dict[tuple[object, ...], bytes] = {}
-    for func in funcs:
-        if not 0 <= func.start < func.end <= 1 << 64:
-            raise FormatError(f"function at {func.start:#x}-{func.end:#x} is outside the "
-                              "64-bit address space")
-        cie = cie_for(func.signal, func.b_key)
-        body = bytearray(u32.pack(cie) + u64.pack(func.start) + u64.pack(func.end - func.start))
-        if func.signal or func.b_key:
+    for item in items:
+        cie = cie_for(item.signal, item.b_key)
+        body = bytearray(u32.pack(cie) + u64.pack(item.start) + u64.pack(item.end - item.start))
+        if item.signal or item.b_key:
             body += _uleb(0)
-        shape = tuple((r.start - func.start, r.cfa, r.ra, r.fp, r.regs, r.ra_signed, r.outermost)
-                      for r in func.rows)
-        program = programs.get(shape)
-        if program is None:
-            program = encode_rows(func.rows, arch, func.start)
-            if len(programs) >= 4096:
-                programs.clear()
-            programs[shape] = program
-        body += program
+        body += item.program
         out.extend(pad(body))
     return bytes(out)

@@ -107,6 +107,36 @@ def capstone_available() -> bool:
 
 
 _DECODERS: dict[str, _Decoder | None] = {}
+# Distinct instruction encodings remembered per decoder (a few hundred bytes
+# each); past it the memo starts again.
+_MEMO_SIZE = 1 << 16
+_WRAP = 1 << 64
+# An Effect from its fields in order, without NamedTuple's Python-level __new__.
+_new = tuple.__new__
+
+
+def _bare_target(op_str: str) -> int | None:
+    """The address an operand text made of one number prints (``0x401000``,
+    ``#0x401000``), as capstone's signed 64-bit value; None for anything else."""
+    text = op_str.lstrip("#")
+    if not text.startswith("0x") or " " in text:
+        return None
+    try:
+        value = int(text, 16)
+    except ValueError:
+        return None
+    return value - _WRAP if value >= 1 << 63 else value
+
+
+def _printed(op_str: str, target: int) -> bool:
+    """Whether ``target`` (capstone's signed 64-bit value) is the branch target
+    printed last in ``op_str`` (``jmp 0x401000``, ``tbz w0, #3, #0x401000``)."""
+    text = op_str.rpartition(" ")[2].lstrip("#")
+    try:
+        value = int(text, 16)
+    except ValueError:
+        return False
+    return -(1 << 63) <= target < 1 << 63 and (value - target) % _WRAP == 0
 
 
 def decoder_for(arch: Arch) -> _Decoder | None:
@@ -129,18 +159,33 @@ def decoder_for(arch: Arch) -> _Decoder | None:
 
 
 class _Decoder:
-    """A capstone instance with details on, and register ids -> DWARF numbers."""
+    """Two capstone handles (one with details, for each distinct encoding; one
+    without, for every instruction), and register ids -> DWARF numbers."""
 
     tracked: tuple[int, ...] = ()
+    # A direct branch's effect is the same wherever it goes (see _lite_effect).
+    shaped_branches = True
 
     def __init__(self, cs_arch: int, cs_mode: int, names: dict[str, int], consts: Any) -> None:
         import capstone
 
         self._cs = capstone.Cs(cs_arch, cs_mode)
         self._cs.detail = True
+        # Instruction boundaries and text come from a second handle without
+        # details (``disasm_lite``: no Python objects per operand); the
+        # detailed decode runs once per distinct encoding (see ``_memo``).
+        self._lite = capstone.Cs(cs_arch, cs_mode)
         self._c = consts
         self._names = names
         self._ids: dict[int, int | None] = {}
+        # Instruction bytes -> the effect they had where first decoded (None:
+        # ``_effect`` refused them). Compilers repeat encodings endlessly
+        # (push rbx, mov rbp, rsp, ret, the same spills): most instructions of
+        # a module are reused from here with their address, text and branch
+        # target moved (see ``_lite_effect``), never decoded in detail again.
+        self._memo: dict[bytes, Effect | None] = {}
+        # (mnemonic, length) -> a direct branch's effect (see ``_lite_effect``).
+        self._branches: dict[tuple[str, int], Effect] = {}
 
     def _num(self, insn: Any, reg: int) -> int | None:
         if reg == 0:
@@ -150,6 +195,64 @@ class _Decoder:
         except KeyError:
             number = self._ids[reg] = self._names.get(insn.reg_name(reg))
             return number
+
+    def _effect(self, insn: Any) -> Effect | None:
+        """What a detailed capstone instruction does (per ISA); None: the
+        analysis cannot model it (the function is then unknown)."""
+        raise NotImplementedError
+
+    def _lite_effect(self, code: bytes, address: int, addr: int, size: int, mnem: str,
+                     op_str: str) -> Effect | None:
+        """The effect of the instruction ``disasm_lite`` found at ``addr``
+        (``code`` starts at ``address``), from ``_memo`` when its bytes were
+        seen before, else decoded in detail once and remembered.
+
+        Exactly what decoding it in detail here gives: an instruction's effect
+        depends on its bytes alone except for its address, its text (capstone
+        prints PC-relative operands as addresses) and a branch's target, which
+        is the address plus a displacement the bytes hold. So a reused effect
+        takes this address and this text, and a branch target moved by as much
+        as the address, checked against the target printed in this text (a
+        form whose target is not address + displacement fails the check and
+        is decoded in detail).
+        """
+        off = addr - address
+        key = code[off:off + size]
+        memo = self._memo
+        try:
+            hit = memo[key]
+        except KeyError:
+            pass
+        else:
+            if hit is None:
+                return None
+            target = hit.target
+            if target is None or _printed(op_str, target := target + addr - hit.address):
+                return _new(Effect, (addr, size, hit[2], target, *hit[4:9], f"{mnem} {op_str}",
+                                     *hit[10:]))
+        # A direct branch or call (``jne 0x401000``, ``bl #0x401000``: the target
+        # is its only operand) does the same as every other of its mnemonic and
+        # length but for the target, which its text prints (``shaped_branches``:
+        # decoders whose effect of a branch does not depend on where it goes).
+        shape = (mnem, size)
+        target = _bare_target(op_str) if self.shaped_branches else None
+        if target is not None:
+            hit = self._branches.get(shape)
+            if hit is not None:
+                return _new(Effect, (addr, size, hit[2], target, *hit[4:9], f"{mnem} {op_str}",
+                                     *hit[10:]))
+        found = None
+        for insn in self._cs.disasm(key, addr, 1):
+            found = insn
+        if found is None or found.size != size:  # pragma: no cover - capstone decodes bytes alike
+            found = next(self._cs.disasm(code[off:], addr, 1))
+        eff = self._effect(found)
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()
+        memo[key] = eff
+        if target is not None and eff is not None and eff.target == target:
+            self._branches[shape] = eff
+        return eff
 
     def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
         """Effects of the instructions from ``address`` on; None where decoding fails."""
@@ -203,16 +306,17 @@ class _AMD64(_Decoder):
         return Base.OTHER, 0
 
     def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
-        c = self._c
         end = address + len(code)
         pos = address
-        for insn in self._cs.disasm(code, address):
-            pos = insn.address + insn.size
-            yield self._effect(insn, c)
+        one = self._lite_effect
+        for addr, size, mnem, op_str in self._lite.disasm_lite(code, address):
+            pos = addr + size
+            yield one(code, address, addr, size, mnem, op_str)
         if pos < end:
             yield None
 
-    def _effect(self, insn: Any, c: Any) -> Effect:
+    def _effect(self, insn: Any) -> Effect:
+        c = self._c
         mnem = insn.mnemonic
         addr, size = insn.address, insn.size
         ops = insn.operands
@@ -365,12 +469,20 @@ class _AArch64(_Decoder):
 
     def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
         # Fixed-width: decode word by word so one bad word does not hide the rest.
-        c = self._c
-        for off in range(0, len(code) - 3, 4):
-            insns = list(self._cs.disasm(code[off:off + 4], address + off, 1))
-            yield self._effect(insns[0], c) if insns else None
+        # (capstone stops at an undecodable word: one None, then on after it.)
+        one = self._lite_effect
+        off = 0
+        usable = len(code) - len(code) % 4
+        while off < usable:
+            for addr, size, mnem, op_str in self._lite.disasm_lite(code[off:usable], address + off):
+                yield one(code, address, addr, size, mnem, op_str)
+                off += size
+            if off < usable:
+                yield None
+                off += 4
 
-    def _effect(self, insn: Any, c: Any) -> Effect:
+    def _effect(self, insn: Any) -> Effect:
+        c = self._c
         mnem = insn.mnemonic
         addr, size = insn.address, insn.size
         ops = insn.operands

@@ -137,6 +137,8 @@ class S390X(_Decoder):
     """Effects of s390x instructions (tracked: r6-r10, r12, r13, f8-f15; r11 is SFrame's FP)."""
 
     tracked = CALLEE_SAVED["s390x"]
+    # ``j .+2`` (a target inside the jump itself) is a trap, not a jump.
+    shaped_branches = False
 
     def __init__(self) -> None:
         import importlib
@@ -162,10 +164,11 @@ class S390X(_Decoder):
         # the first two bits, so one bad instruction is one None and decoding
         # goes on after it.
         off = 0
+        one = self._lite_effect
         while off + 2 <= len(code):
-            for insn in self._cs.disasm(code[off:], address + off):
-                yield self._effect(insn)
-                off += insn.size
+            for addr, size, mnem, op_str in self._lite.disasm_lite(code[off:], address + off):
+                yield one(code, address, addr, size, mnem, op_str)
+                off += size
             if off + 2 <= len(code):
                 yield None
                 off += (2, 4, 4, 6)[code[off] >> 6]

@@ -203,6 +203,14 @@ def _transfer(state: _State, eff: Effect, index: dict[int, int]) -> _State:
     return _State(sp, fp, tuple(regs), alt)
 
 
+def _inert(eff: Effect) -> bool:
+    """Whether ``_transfer`` gives back the state it is given for ``eff``: no
+    store, load, register write, copy or pointer change (then no held value
+    is overwritten either, so ``_moves`` keeps every register as it is)."""
+    return not (eff.stores or eff.loads or eff.clobbers or eff.others or eff.moves) \
+        and eff.sp is None and eff.fp is None and eff.alt is None
+
+
 def _moves(regs: list[_Reg], before: tuple[_Reg, ...], eff: Effect,
            index: dict[int, int]) -> list[_Reg]:
     """Copies to and from other registers: a register written forgets the
@@ -295,13 +303,13 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     # Indirect jumps through a jump table the decoder recognises go to its
     # entries only; the others may go anywhere (see the module docstring).
     tables: dict[int, list[int]] = {}
-    if read is not None and arch.name in ("amd64", "aarch64", "s390x"):
+    sites = [i for i, eff in enumerate(effects) if eff.flow is Flow.INDIRECT]
+    if read is not None and sites and arch.name in ("amd64", "aarch64", "s390x"):
         leaders = {eff.target for eff in effects if eff.target is not None}
         sources: dict[int, list[int]] = {}
         for i, eff in enumerate(effects):
             if eff.target is not None:
                 sources.setdefault(eff.target, []).append(i)
-        sites = [i for i, eff in enumerate(effects) if eff.flow is Flow.INDIRECT]
         if arch.name == "amd64":
             found = amd64_jump_tables(effects, sites, leaders, read, pointers)
         elif arch.name == "s390x":
@@ -317,6 +325,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     entry = _reconcile(_State(-_ENTRY_CFA[arch.name], None,
                               tuple((None, True, False, None) for _ in tracked)),
                        anchors[0])
+    inert = [_inert(eff) for eff in effects]
     states: list[_State | None] = [None] * len(effects)
     states[0] = entry
     work = [0]
@@ -333,32 +342,50 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
                 pending.add(i)
                 work.append(i)
 
+    count = len(effects)
     while True:
         while work:
             i = work.pop()
             pending.discard(i)
-            state = states[i]
-            assert state is not None
-            eff = effects[i]
-            out = _transfer(state, eff, index)
-            flow = eff.flow
-            if flow is Flow.INDIRECT:
-                if i in tables:
-                    for k in tables[i]:
-                        flow_to(k, out)
-                else:
-                    indirect[i] = out
-                continue
-            if flow is Flow.RETURN or flow is Flow.STOP:
-                continue
-            if flow is Flow.JUMP or flow is Flow.COND:
-                target = eff.target
-                if target is not None and start <= target < end:
-                    flow_to(at[target], out)
-                if flow is Flow.JUMP:
-                    continue
-            if i + 1 < len(effects):
-                flow_to(i + 1, out)
+            while True:
+                state = states[i]
+                assert state is not None
+                eff = effects[i]
+                # Most instructions touch no tracked register, slot or pointer:
+                # their transfer is the identity (``_inert``), skipped.
+                out = state if inert[i] else _transfer(state, eff, index)
+                flow = eff.flow
+                if flow is Flow.INDIRECT:
+                    if i in tables:
+                        for k in tables[i]:
+                            flow_to(k, out)
+                    else:
+                        indirect[i] = out
+                    break
+                if flow is Flow.RETURN or flow is Flow.STOP:
+                    break
+                if flow is Flow.JUMP or flow is Flow.COND:
+                    target = eff.target
+                    if target is not None and start <= target < end:
+                        flow_to(at[target], out)
+                    if flow is Flow.JUMP:
+                        break
+                i += 1
+                if i >= count:
+                    break
+                # flow_to(i, out), inlined: the next instruction would be
+                # pushed last and so popped next; it runs here at once instead
+                # (the same order), unless it is already waiting.
+                sp, fp = anchors[i]
+                if (sp is not None and sp != out.sp) or (fp is not None and fp != out.fp):
+                    out = _reconcile(out, anchors[i])
+                old = states[i]
+                new = out if old is None else _meet(old, out)
+                if new == old:
+                    break
+                states[i] = new
+                if i in pending:
+                    break
         if not indirect:
             break
         # A jump table's targets: every instruction whose CFA rule fits the jump
@@ -378,10 +405,24 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
             break
     red_zone = _RED_ZONE.get(arch.name, 0)
     spans: list[Span] = []
+    # Neighbouring instructions mostly share a state: its rules are made once.
+    made: dict[tuple[int | None, tuple[_Reg, ...]], Regs] = {}
+    lo = hi = -1
+    current: Regs = ()
     for eff, state in zip(effects, states, strict=True):
-        regs: Regs = () if state is None else _rules(state, tracked, red_zone)
-        if spans and spans[-1].regs == regs and spans[-1].end == eff.address:
-            spans[-1] = spans[-1]._replace(end=eff.address + eff.size)
+        if state is None:
+            regs: Regs = ()
         else:
-            spans.append(Span(eff.address, eff.address + eff.size, regs))
+            shape = (state.sp, state.regs)  # all that _rules reads
+            rules = made.get(shape)
+            if rules is None:
+                rules = made[shape] = _rules(state, tracked, red_zone)
+            regs = rules
+        if hi == eff.address and regs == current:
+            hi += eff.size
+            continue
+        if hi >= 0:
+            spans.append(Span(lo, hi, current))
+        lo, hi, current = eff.address, eff.address + eff.size, regs
+    spans.append(Span(lo, hi, current))
     return Analysis(tuple(spans))

@@ -156,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
     from .errors import SFrameError
-    from .symfile import symbol_file_for
+    from .symfile import default_jobs, symbol_file_for
     try:
-        made = symbol_file_for(args.path, cache=args.cache,
+        # A process of its own: a large module's functions go to every CPU.
+        made = symbol_file_for(args.path, cache=args.cache, jobs=default_jobs(),
                                function_symbols=not args.no_function_symbols)
     except SFrameError as exc:
         print(json.dumps({"error": str(exc)}))

@@ -1,0 +1,345 @@
+"""The symbol file's cost as programs grow: generated C programs of 1k/10k/40k functions and a real one.
+
+    .venv/bin/python -m bench.bench_scale [--sizes 1000,10000,40000] [--lldb 21,22,23]
+                                          [--gdb PATH | --gdb none] [--real lua5.4|bzip2|none]
+                                          [--runs 1] [--keep DIR]
+
+Each generated program (``gen_program``: functions of varied shapes, namely
+callee-saved registers live across calls, switch tables, stack buffers, loops,
+and a deep chain of calls ending at ``stop_here``) is built by the host gcc
+and as with ``-Wa,--gsframe`` at -O2 -g, as a twin (``.eh_frame`` and
+``.sframe``) and a ``.noeh`` copy (``objcopy --remove-section .eh_frame
+--remove-section .eh_frame_hdr``). For each program it prints:
+
+- the CPU cost per function of the symbol file, cold (a fresh process:
+  ``symfile.symbol_file_bytes``, imports excluded), with and without the
+  callee-saved register analysis (``SAVED_REGISTERS``);
+- the wall time of ``python -m sframe_core to-dwarf`` (it always generates)
+  with ``--jobs 1`` and with the default, and of a cache hit
+  (``symbol_file_for`` in a fresh process, start-up included);
+- per LLDB version: the time from starting LLDB to the end of the first
+  ``bt`` at ``stop_here`` (``target create``, breakpoint, ``process launch``,
+  ``bt``), plain LLDB on the twin against the plugin on ``.noeh`` with an
+  empty cache (cold: the symbol file is made in the session) and a filled
+  one (warm), and the ratios;
+- for gdb: plain gdb on the twin (``break``, ``run``, ``bt``, batch mode)
+  against ``sframe to-dwarf`` + gdb on ``.noeh`` with the result attached by
+  ``gdb.objfiles()[0].add_separate_debug_file`` (cold: both; warm: the file
+  exists), and the ratios.
+
+The frame counts of each variant are printed beside the times: a variant
+whose ``bt`` differs from the native one makes the exit status 1. The target
+(issue 17): first ``bt`` within 2x native cold and 1.2x warm at every size.
+Everything runs in one invocation, variants alternating, so the ratios
+printed together were measured under the same load of a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REALPROGS = ROOT / "tests" / "fixtures" / "realprogs"
+DEBUGGERS = ROOT / ".debuggers" / "bin"
+CHAIN = 24  # calls from main down to stop_here
+PER_FILE = 500  # functions per generated translation unit (built in parallel)
+# The real programs: where to stop, and the arguments that get there.
+REAL = {
+    "lua5.4": ("luaV_concat", ["-E", str(REALPROGS / "lua5.4" / "deep.lua")]),
+    "bzip2": ("BZ2_compressBlock", ["-c", str(REALPROGS / "bzip2" / "input.txt")]),
+}
+
+
+# -- the programs ------------------------------------------------------------------
+
+
+def _function(i: int) -> str:
+    """Function ``f<i>``, one of five shapes a compiler lays out differently."""
+    shape = i % 5
+    name = f"f{i}"
+    if shape == 0:  # callee-saved registers live across calls
+        return (f"long {name}(long a, long b) {{ long x = a * {i % 7 + 3} + b; long y = ext(x); "
+                f"long z = ext(y + a); long w = ext(z ^ x); return x + y + z + w + b; }}\n")
+    if shape == 1:  # a switch table
+        cases = "".join(f"case {k}: r = ext(a + {k * (i % 5 + 1)}) * {k + 1}; break; "
+                        for k in range(9))
+        return (f"long {name}(long a, long b) {{ long r = b; switch ((a + {i}) & 15) {{ {cases}"
+                f"default: r = b - a; }} return r + ext(r); }}\n")
+    if shape == 2:  # a stack buffer handed to a callee
+        size = 32 + (i % 6) * 24
+        return (f"long {name}(long a, long b) {{ char buf[{size}]; for (int k = 0; k < {size}; k++) "
+                f"buf[k] = (char)(a + k * b); return use(buf, {size}) + a; }}\n")
+    if shape == 3:  # a loop
+        return (f"long {name}(long a, long b) {{ long s = 0; for (long k = 0; k < a; k++) "
+                f"{{ s += (k * {i % 11 + 1}) ^ b; if (s > {1000 + i}) s -= b; }} return s; }}\n")
+    # many callee-saved registers at once
+    return (f"long {name}(long a, long b) {{ long p = ext(a), q = ext(b), r = ext(p + q), "
+            f"s = ext(r - a), t = ext(s + {i}); return p * q + r * s + t + ext(p + q + r + s + t); }}\n")
+
+
+_HEADER = "long ext(long);\nlong use(char *, int);\n"
+
+
+def gen_program(functions: int, directory: Path) -> list[Path]:
+    """C files for a program of ``functions`` functions plus the chain, ``ext``,
+    ``use``, ``stop_here`` and ``main`` (a few more FDEs)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files = []
+    for first in range(0, functions, PER_FILE):
+        path = directory / f"part{first // PER_FILE}.c"
+        path.write_text(_HEADER + "".join(_function(i) for i in range(first,
+                                                                     min(first + PER_FILE, functions))))
+        files.append(path)
+    chain = ["#include <stdio.h>\n", "volatile long sink;\n",
+             "__attribute__((noinline)) long ext(long x) { sink = x; return sink * 3 + 1; }\n",
+             "__attribute__((noinline)) long use(char *b, int n) { sink = b[n / 2]; return sink; }\n",
+             "__attribute__((noinline)) long stop_here(long x) { sink = x; return sink; }\n"]
+    for k in range(CHAIN - 1, -1, -1):
+        callee = "stop_here" if k == CHAIN - 1 else f"chain{k + 1}"
+        chain.append(f"__attribute__((noinline)) long chain{k}(long a) {{ long x = ext(a * {k + 2}); "
+                     f"long r = {callee}(a + x); return r + x * ext(r); }}\n")
+    chain.append("int main(int argc, char **argv) { (void)argv; printf(\"%ld\\n\", chain0(argc)); "
+                 "return 0; }\n")
+    main = directory / "main.c"
+    main.write_text("".join(chain))
+    return [*files, main]
+
+
+def build(sources: list[Path], out: Path) -> tuple[Path, Path]:
+    """The twin (``out``) and ``out.noeh``, built by the host gcc, as and objcopy."""
+    flags = ["-O2", "-g", "-Wa,--gsframe"]
+    objects = [src.with_suffix(".o") for src in sources]
+
+    def compile_one(pair: tuple[Path, Path]) -> None:
+        subprocess.run(["gcc", *flags, "-c", str(pair[0]), "-o", str(pair[1])], check=True)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(compile_one, zip(sources, objects, strict=True)))
+    subprocess.run(["gcc", *flags, "-o", str(out), *map(str, objects)], check=True)
+    noeh = out.with_name(out.name + ".noeh")
+    subprocess.run(["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr",
+                    str(out), str(noeh)], check=True)
+    return out, noeh
+
+
+# -- measurements ------------------------------------------------------------------
+
+
+def _python(code: str, *args: str, env: dict[str, str] | None = None) -> str:
+    out = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True,
+                         text=True, check=True, env={**os.environ, **(env or {})})
+    return out.stdout
+
+
+_CPU = """
+import sys, time
+import sframe_core.section as section
+from sframe_core.elf import read_elf
+from sframe_core.symfile import symbol_file_bytes
+section.SAVED_REGISTERS = sys.argv[2] == "on"
+sframe = read_elf(sys.argv[1]).open()
+start = time.process_time()
+symbol_file_bytes(sys.argv[1])
+print(time.process_time() - start, sframe.num_fdes)
+"""
+
+_HIT = """
+import sys
+from sframe_core.symfile import symbol_file_for
+print(symbol_file_for(sys.argv[1]).cached)
+"""
+
+
+def cpu_per_function(noeh: Path, saved: bool) -> tuple[float, int]:
+    """(CPU seconds, FDEs) of one cold symbol file, in a fresh process."""
+    seconds, fdes = _python(_CPU, str(noeh), "on" if saved else "off").split()
+    return float(seconds), int(fdes)
+
+
+def wall(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def to_dwarf(noeh: Path, out: Path, jobs: int | None) -> float:
+    args = [sys.executable, "-m", "sframe_core", "to-dwarf", str(noeh), "-o", str(out)]
+    if jobs is not None:
+        args += ["--jobs", str(jobs)]
+    return wall(lambda: subprocess.run(args, cwd=ROOT, check=True, capture_output=True))
+
+
+def cache_hit(noeh: Path, cache: Path) -> float:
+    """Wall time of a fresh process whose ``symbol_file_for`` finds the file cached."""
+    env = {"XDG_CACHE_HOME": str(cache)}
+    _python(_HIT, str(noeh), env=env)  # fills the cache
+    start = time.perf_counter()
+    cached = _python(_HIT, str(noeh), env=env).strip()
+    elapsed = time.perf_counter() - start
+    assert cached == "True", cached
+    return elapsed
+
+
+def lldb_first_bt(version: str, binary: Path, stop: str, args: list[str], *, plugin: bool,
+                  cache: Path | None) -> tuple[float, int]:
+    """(seconds from starting LLDB to the end of the first ``bt``, frames)."""
+    from bench.bench_lldb import session_with
+    from tests.helpers.lldbtools import parse_bt
+
+    start = time.perf_counter()
+    session = session_with(version, plugin=plugin, timeout=1800,
+                           env={"XDG_CACHE_HOME": str(cache)} if cache is not None else None)
+    try:
+        session.cmd("settings set show-statusline false")
+        session.cmd(f"target create {binary}")
+        session.cmd(f"breakpoint set -n {stop}")
+        session.cmd("process launch -o /dev/null -- " + " ".join(args))
+        frames = parse_bt(session.cmd("bt"))
+        elapsed = time.perf_counter() - start
+        if plugin and "not a valid command" in session.cmd("sframe status"):
+            raise SystemExit(f"lldb-{version}: the plugin did not load (is the checkout's .venv "
+                             "there, or VIRTUAL_ENV set?)")
+        return elapsed, len(frames)
+    finally:
+        session.close()
+
+
+def gdb_first_bt(gdb: str, binary: Path, stop: str, args: list[str],
+                 symbol_file: Path | None) -> tuple[float, int]:
+    """(seconds from starting gdb to the end of its first ``bt``, frames); with
+    ``symbol_file``, attached to the main objfile before ``run``."""
+    from tests.helpers.gdbtools import clean_env, parse_bt
+
+    command = [gdb, "-nx", "-batch", "-ex", "set pagination off", "-ex", "set confirm off"]
+    if symbol_file is not None:
+        command += ["-ex", f"python gdb.objfiles()[0].add_separate_debug_file({str(symbol_file)!r})"]
+    command += ["-ex", f"break {stop}", "-ex", "run " + " ".join(args) + " > /dev/null",
+                "-ex", "bt", str(binary)]
+    start = time.perf_counter()
+    out = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=clean_env())
+    return time.perf_counter() - start, len(parse_bt(out.stdout))
+
+
+def _median(runs: list[tuple[float, int]]) -> tuple[float, set[int]]:
+    return statistics.median(t for t, _ in runs), {n for _, n in runs}
+
+
+def measure(label: str, twin: Path, noeh: Path, stop: str, args: list[str], opts: argparse.Namespace,
+            work: Path) -> bool:
+    """Print every figure for one program; False when a variant's bt differs from native."""
+    ok = True
+    on, fdes = cpu_per_function(noeh, True)
+    off, _ = cpu_per_function(noeh, False)
+    print(f"{label}: {fdes} FDEs; symbol file cold CPU {on:.2f} s = {on / fdes * 1e3:.3f} ms per "
+          f"function ({off / fdes * 1e3:.3f} ms without the saved-register analysis)", flush=True)
+    jobs1 = to_dwarf(noeh, work / "out1.debug", 1)
+    jobsn = to_dwarf(noeh, work / "outn.debug", None)
+    same = (work / "out1.debug").read_bytes() == (work / "outn.debug").read_bytes()
+    ok &= same
+    hit = cache_hit(noeh, Path(tempfile.mkdtemp(prefix="hit-", dir=work)))
+    print(f"  sframe to-dwarf: {jobs1:.2f} s with --jobs 1, {jobsn:.2f} s with the default "
+          f"({'same bytes' if same else 'DIFFERENT BYTES'}); cache hit (fresh process) {hit:.2f} s",
+          flush=True)
+    for version in opts.lldb:
+        if not (DEBUGGERS / f"lldb-{version}").exists():
+            print(f"  lldb-{version}: not installed")
+            continue
+        variants: dict[str, list[tuple[float, int]]] = {"native": [], "cold": [], "warm": []}
+        # Caches made here, empty: a kept work directory holds older ones.
+        warm_cache = Path(tempfile.mkdtemp(prefix=f"lldb{version}-warm-", dir=work))
+        lldb_first_bt(version, noeh, stop, args, plugin=True, cache=warm_cache)  # fills it
+        for _ in range(opts.runs):
+            cold_cache = Path(tempfile.mkdtemp(prefix=f"lldb{version}-cold-", dir=work))
+            variants["native"].append(lldb_first_bt(version, twin, stop, args, plugin=False,
+                                                    cache=None))
+            variants["cold"].append(lldb_first_bt(version, noeh, stop, args, plugin=True,
+                                                  cache=cold_cache))
+            variants["warm"].append(lldb_first_bt(version, noeh, stop, args, plugin=True,
+                                                  cache=warm_cache))
+        agree = _report(f"lldb-{version}", variants)
+        if not agree and version == "21":
+            # docs/lldb.md: LLDB 21.1.7 keeps its own unwinding for a module
+            # with debug information (these are built -g): not the route.
+            print("  (lldb-21: frames differ as docs/lldb.md says LLDB 21 does for modules with "
+                  "debug information: not counted)")
+            agree = True
+        ok &= agree
+    if opts.gdb != "none":
+        variants = {"native": [], "cold": [], "warm": []}
+        symbol_file = work / "gdb.debug"
+        for _ in range(opts.runs):
+            variants["native"].append(gdb_first_bt(opts.gdb, twin, stop, args, None))
+            made = to_dwarf(noeh, symbol_file, None)
+            seconds, frames = gdb_first_bt(opts.gdb, noeh, stop, args, symbol_file)
+            variants["cold"].append((made + seconds, frames))
+            variants["warm"].append(gdb_first_bt(opts.gdb, noeh, stop, args, symbol_file))
+        ok &= _report(f"gdb ({os.path.basename(opts.gdb)}, to-dwarf + add_separate_debug_file)",
+                      variants)
+    return ok
+
+
+def _report(name: str, variants: dict[str, list[tuple[float, int]]]) -> bool:
+    native, native_frames = _median(variants["native"])
+    cold, cold_frames = _median(variants["cold"])
+    warm, warm_frames = _median(variants["warm"])
+    print(f"  {name} first bt: native {native:.2f} s ({sorted(native_frames)} frames), "
+          f"cold {cold:.2f} s ({sorted(cold_frames)}), warm {warm:.2f} s ({sorted(warm_frames)}); "
+          f"ratio cold {cold / native:.2f}x, warm {warm / native:.2f}x", flush=True)
+    return cold_frames == native_frames == warm_frames
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,40000",
+                        help="generated programs' function counts, comma-separated")
+    parser.add_argument("--lldb", default="21,22,23", help="LLDB versions, comma-separated, or none")
+    parser.add_argument("--gdb", default=str(DEBUGGERS / "gdb-system"), help="gdb to time, or none")
+    parser.add_argument("--real", default="lua5.4", choices=[*REAL, "none"],
+                        help="a real program from tests/fixtures/realprogs (busid-v3 build)")
+    parser.add_argument("--runs", type=int, default=1, help="runs per variant (median)")
+    parser.add_argument("--keep", metavar="DIR",
+                        help="build the programs in DIR and keep them (reused when already there)")
+    opts = parser.parse_args()
+    opts.lldb = [] if opts.lldb == "none" else opts.lldb.split(",")
+    sizes = [int(s) for s in opts.sizes.split(",") if s]
+    if opts.gdb != "none" and not os.access(opts.gdb, os.X_OK):
+        opts.gdb = shutil.which("gdb") or "none"
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="sframe-bench-scale-") as scratch:
+        base = Path(opts.keep) if opts.keep else Path(scratch)
+        for size in sizes:
+            directory = base / f"gen{size}"
+            start = time.perf_counter()
+            twin, noeh = directory / "prog", directory / "prog.noeh"
+            if opts.keep and twin.exists() and noeh.exists():
+                print(f"generated, {size} functions (built before, kept in {directory})", flush=True)
+            else:
+                twin, noeh = build(gen_program(size, directory / "src"), twin)
+                print(f"generated, {size} functions (built in {time.perf_counter() - start:.0f} s)",
+                      flush=True)
+            work = directory / "work"
+            work.mkdir(exist_ok=True)
+            ok &= measure(f"generated {size}", twin, noeh, "stop_here", [], opts, work)
+        if opts.real != "none":
+            stop, args = REAL[opts.real]
+            build_dir = REALPROGS / opts.real / "busid-v3"
+            work = base / opts.real
+            work.mkdir(parents=True, exist_ok=True)
+            ok &= measure(opts.real, build_dir / opts.real, build_dir / f"{opts.real}.noeh", stop,
+                          args, opts, work)
+    print("frames agree" if ok else "FRAMES OR BYTES DIFFER")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
