@@ -23,9 +23,10 @@ and as with ``-Wa,--gsframe`` at -O2 -g, as a twin (``.eh_frame`` and
   empty cache (cold: the symbol file is made in the session) and a filled
   one (warm), and the ratios;
 - for gdb: plain gdb on the twin (``break``, ``run``, ``bt``, batch mode)
-  against ``sframe to-dwarf`` + gdb on ``.noeh`` with the result attached by
-  ``gdb.objfiles()[0].add_separate_debug_file`` (cold: both; warm: the file
-  exists), and the ratios.
+  against gdb with the plugin on ``.noeh`` (its default: a cached symbol
+  file at once; a missing one made at once for a small module, by a worker
+  for a large one while the Python unwinder serves the first stops), with an
+  empty cache (cold) and a filled one (warm), and the ratios.
 
 The frame counts of each variant are printed beside the times: a variant
 whose ``bt`` differs from the native one makes the exit status 1. The target
@@ -214,19 +215,25 @@ def lldb_first_bt(version: str, binary: Path, stop: str, args: list[str], *, plu
         session.close()
 
 
-def gdb_first_bt(gdb: str, binary: Path, stop: str, args: list[str],
-                 symbol_file: Path | None) -> tuple[float, int]:
+def gdb_first_bt(gdb: str, binary: Path, stop: str, args: list[str], plugin: bool = False,
+                 cache: Path | None = None) -> tuple[float, int]:
     """(seconds from starting gdb to the end of its first ``bt``, frames); with
-    ``symbol_file``, attached to the main objfile before ``run``."""
-    from tests.helpers.gdbtools import clean_env, parse_bt
+    ``plugin``, ``source sframe_gdb.py`` first, its symbol files in ``cache``
+    (the default ``set sframe symbol-files auto``: a large module's file is
+    made by a worker while the Python unwinder serves the first stops)."""
+    from tests.helpers.gdbtools import PLUGIN, clean_env, parse_bt
 
     command = [gdb, "-nx", "-batch", "-ex", "set pagination off", "-ex", "set confirm off"]
-    if symbol_file is not None:
-        command += ["-ex", f"python gdb.objfiles()[0].add_separate_debug_file({str(symbol_file)!r})"]
+    env = clean_env()
+    if plugin:
+        command += ["-ex", f"source {PLUGIN}"]
+        env["SFRAME_GDB_SYMBOL_FILES"] = "auto"
+        if cache is not None:
+            env["XDG_CACHE_HOME"] = str(cache)
     command += ["-ex", f"break {stop}", "-ex", "run " + " ".join(args) + " > /dev/null",
                 "-ex", "bt", str(binary)]
     start = time.perf_counter()
-    out = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=clean_env())
+    out = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env)
     return time.perf_counter() - start, len(parse_bt(out.stdout))
 
 
@@ -276,16 +283,23 @@ def measure(label: str, twin: Path, noeh: Path, stop: str, args: list[str], opts
         ok &= agree
     if opts.gdb != "none":
         variants = {"native": [], "cold": [], "warm": []}
-        symbol_file = work / "gdb.debug"
+        warm_cache = Path(tempfile.mkdtemp(prefix="gdb-warm-", dir=work))
+        symbol_file_for_gdb(noeh, warm_cache)
         for _ in range(opts.runs):
-            variants["native"].append(gdb_first_bt(opts.gdb, twin, stop, args, None))
-            made = to_dwarf(noeh, symbol_file, None)
-            seconds, frames = gdb_first_bt(opts.gdb, noeh, stop, args, symbol_file)
-            variants["cold"].append((made + seconds, frames))
-            variants["warm"].append(gdb_first_bt(opts.gdb, noeh, stop, args, symbol_file))
-        ok &= _report(f"gdb ({os.path.basename(opts.gdb)}, to-dwarf + add_separate_debug_file)",
-                      variants)
+            cold_cache = Path(tempfile.mkdtemp(prefix="gdb-cold-", dir=work))
+            variants["native"].append(gdb_first_bt(opts.gdb, twin, stop, args))
+            variants["cold"].append(gdb_first_bt(opts.gdb, noeh, stop, args, True, cold_cache))
+            variants["warm"].append(gdb_first_bt(opts.gdb, noeh, stop, args, True, warm_cache))
+        ok &= _report(f"gdb ({os.path.basename(opts.gdb)}, the plugin)", variants)
     return ok
+
+
+def symbol_file_for_gdb(noeh: Path, cache: Path) -> None:
+    """Fill ``cache`` with gdb's symbol file of ``noeh``, as the plugin makes it."""
+    code = ("import sys; from sframe_core.symfile import symbol_file_for; "
+            "symbol_file_for(sys.argv[1], cache=sys.argv[2], function_symbols=False)")
+    subprocess.run([sys.executable, "-c", code, str(noeh), str(cache / "sframe-gdb" / "symbols")],
+                   check=True, cwd=ROOT)
 
 
 def _report(name: str, variants: dict[str, list[tuple[float, int]]]) -> bool:
