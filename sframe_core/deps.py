@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import glob
 import importlib
+import importlib.util
 import os
 import site
 import sys
@@ -44,11 +45,13 @@ def python_version() -> str:
 
 
 def _importable(name: str) -> bool:
+    """Is ``name`` on the path? Found, not imported: pyelftools and capstone
+    cost a debugger's start-up a second to import, and are imported only
+    where they are used (a warm symbol-file route needs neither)."""
     try:
-        importlib.import_module(name)
+        return importlib.util.find_spec(name) is not None
     except Exception:  # noqa: BLE001 - whatever an embedded Python raises, the module is unusable
         return False
-    return True
 
 
 def _site_dirs(prefix: str) -> list[str]:

@@ -505,11 +505,25 @@ def _plan(path: str, debug_roots: Sequence[str], symbols: bool = True) -> _Plan:
     if module.elf_type == _ET_REL:
         raise FileError(f"{path}: a relocatable object (.o): symbol files are made for linked "
                         "executables and libraries")
-    info = read_elf(path)
-    if not info.has_sframe or info.data is None:
-        raise FileError(f"{path}: no .sframe section")
     base = _debug_source(module, debug_roots) or module
-    return _Plan(module, base, info.data, symbols)
+    return _Plan(module, base, _sframe_bytes(module), symbols)
+
+
+def _sframe_bytes(module: ModuleInfo) -> bytes:
+    """The module's ``.sframe`` bytes: from its section header when it has one
+    (the headers are read already; a cache hit then needs no pyelftools),
+    else through ``read_elf`` (``PT_GNU_SFRAME``)."""
+    sec = module.section(".sframe")
+    if sec is not None and sec.type != _SHT_NOBITS and sec.size:
+        try:
+            with open(module.path, "rb") as stream:
+                return _read_at(stream, sec.offset, sec.size, module.size, ".sframe", module.path)
+        except OSError as exc:
+            raise FileError(f"{module.path}: {exc.strerror or exc}") from None
+    info = read_elf(module.path)
+    if not info.has_sframe or info.data is None:
+        raise FileError(f"{module.path}: no .sframe section")
+    return info.data
 
 
 def _existing_frame(base: ModuleInfo) -> bytes:
