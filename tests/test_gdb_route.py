@@ -255,3 +255,45 @@ def test_gdbserver(gdb_path: str, sessions: Path, mode: str) -> None:
                 g.cmd("monitor exit")  # a --multi server outlives gdb's pipe otherwise
     assert outs[1] == outs[0]
     assert [f.name for f in parse_bt(outs[0][2])] == ["inner", "middle", "outer", "main"], outs[0]
+
+
+def test_mi_non_stop(gdb_path: str, sessions: Path) -> None:
+    """MI in non-stop mode, as IDEs use it: each command once the stop is
+    reported; every record the twin's."""
+    import pexpect
+
+    commands = ["-break-insert inner", "-exec-run", "-stack-info-depth --thread 1",
+                "-stack-list-frames --thread 1", "-stack-list-variables --thread 1 --frame 2 "
+                "--all-values", "-thread-info"]
+
+    def run(which: str) -> str:
+        child = pexpect.spawn(gdb_path, ["-nx", "-q", "-i=mi", "-iex", "set debuginfod enabled off",
+                                         "-iex", "set non-stop on", "-iex", "set mi-async on",
+                                         f"{which}/sessions"], cwd=str(sessions), env=clean_env(),
+                              encoding="utf-8", timeout=120, echo=False)
+        out = []
+        try:
+            child.expect_exact("(gdb)")
+            if which == "noeh":
+                child.sendline(f'-interpreter-exec console "source {PLUGIN}"')
+                child.expect(r"\^done")
+                child.expect_exact("(gdb)")
+            for command in commands:
+                child.sendline(command)
+                child.expect(r"\^(done|running|error)")
+                text = child.before + child.after
+                child.expect_exact("(gdb)")
+                text += child.before
+                if command == "-exec-run":
+                    child.expect(r"\*stopped,[^\n]*")
+                    text = child.after
+                out.append(text)
+            child.sendline("-gdb-exit")
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+        return _normal("\n".join(out).replace("\r\n", "\n"))
+    twin, ours = run("twin"), run("noeh")
+    _no_python_errors(ours)
+    assert ours == twin
+    assert '^done,depth="4"' in twin, twin
