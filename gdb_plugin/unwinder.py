@@ -741,11 +741,10 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         addresses = walk.addresses
         if return_address_problem(pc, arch, addresses) is None:
             return None
-        regs_info = self._regs_for_arch(pending_frame, arch)
-        try:
-            sp = int(pending_frame.read_register(regs_info.handle(arch.sp)))
-        except (gdb.error, ValueError):
+        found = self._sp_of(pending_frame, arch)
+        if found is None:
             return None
+        regs_info, sp = found
         if level == 0:
             word = walk.memory.read(sp, 8)
             if arch.ra_reg is not None or word is None or return_address_problem(
@@ -762,14 +761,19 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         if entry.has_eh_frame or entry.has_debug_frame:
             return None  # GDB's own CFI may know the frame
         arch = _GDB_ARCHES.get(pending_frame.architecture().name())
-        if arch is None:
+        found = self._sp_of(pending_frame, arch) if arch is not None else None
+        if found is None:
             return None
+        regs_info, sp = found
+        return self._stop(pending_frame, pc, sp, pc, regs_info, True, level)
+
+    def _sp_of(self, pending_frame, arch: Arch) -> tuple[Registers, int] | None:
+        """The frame's register handles and its SP, or None where GDB cannot read the SP."""
         regs_info = self._regs_for_arch(pending_frame, arch)
         try:
-            sp = int(pending_frame.read_register(regs_info.handle(arch.sp)))
+            return regs_info, int(pending_frame.read_register(regs_info.handle(arch.sp)))
         except (gdb.error, ValueError):
             return None
-        return self._stop(pending_frame, pc, sp, pc, regs_info, True, level)
 
     def _regs_for_arch(self, pending_frame, arch: Arch) -> Registers:
         gdb_arch = pending_frame.architecture()
