@@ -20,7 +20,7 @@ BENCHES = {
     "bench_lookup": (["--fdes", "300", "--lookups", "300"], "ratio:"),
     "bench_unwind": (["--depth", "50", "--repeat", "1"], "eh_frame / sframe (warm, same core)"),
     "bench_gdb": (["--depth", "50", "--repeat", "1", "--steps", "3", "--saved", "both"],
-                  "(saved registers on): stepi+bt per instruction"),
+                  "(Python unwinder, saved registers on): stepi+bt per instruction"),
     "bench_lldb": (["--depth", "50", "--runs", "1", "--provider"], "native route bt (deep.noeh.stripped)"),
     "bench_dwarf": (["--fdes", "300", "--repeat", "1"], "worst reload"),
     "bench_pid": (["--attaches", "3", "--interval", "0.01"], "signals:"),
