@@ -54,6 +54,7 @@ FOREGROUND_FDES = 300
 
 # e_machine values whose .debug_frame the core writes: x86-64, aarch64, s390x.
 _MACHINES = frozenset({62, 183, 22})
+_EM_AARCH64 = 183
 
 NATIVE = "native"  # gdb's DWARF unwinder, from our symbol file
 PENDING = "pending"  # the symbol file is being made; the Python unwinder serves meanwhile
@@ -68,6 +69,17 @@ class Route(NamedTuple):
     path: str  # the objfile's file on this machine
     detail: str  # the symbol file, or the reason
     since: float = 0.0  # PENDING: when the worker started
+
+
+def _signs_return_addresses(path: str) -> bool:
+    """Does any FRE of the file say its RA is signed (aarch64 PAC)?"""
+    try:
+        section = read_elf(path).open()
+        if section is None:
+            return False
+        return any(fre.mangled_ra for fde in section.iter_fdes() for fre in section.get_fres(fde))
+    except SFrameError:
+        return False
 
 
 def _local_file(objfile) -> str | None:
@@ -186,6 +198,13 @@ class Routes:
             return Route(OWN_CFI, path, f"has {' and '.join(cfi)}")
         if module.header[1] not in _MACHINES:
             return Route(FALLBACK, path, "no .debug_frame is written for this architecture")
+        if module.header[1] == _EM_AARCH64 and _signs_return_addresses(path):
+            # Seen with gdb-multiarch under qemu: the callers' signed return
+            # addresses came out unstripped from the symbol file's
+            # DW_CFA_AARCH64_negate_ra_state, where the twin's .eh_frame
+            # gives them stripped. The Python unwinder strips them itself.
+            return Route(FALLBACK, path, "return addresses signed (pointer authentication): gdb "
+                         "does not strip them through a separate debug file")
         if self.setting == "off":
             return Route(FALLBACK, path, "symbol files off (set sframe symbol-files)")
         existing = self._attached(objfile)
