@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 import gdb
 
+from sframe_core import section as section_module
 from sframe_core.elf import read_elf
 from sframe_core.errors import SFrameError
 from sframe_core.symfile import cache_dir, cached_symbol_file, read_module, symbol_file_for
@@ -54,7 +55,7 @@ FOREGROUND_FDES = 300
 
 # e_machine values whose .debug_frame the core writes: x86-64, aarch64, s390x.
 _MACHINES = frozenset({62, 183, 22})
-_EM_AARCH64 = 183
+_EM_AARCH64, _EM_S390 = 183, 22
 
 NATIVE = "native"  # gdb's DWARF unwinder, from our symbol file
 PENDING = "pending"  # the symbol file is being made; the Python unwinder serves meanwhile
@@ -198,6 +199,13 @@ class Routes:
             return Route(OWN_CFI, path, f"has {' and '.join(cfi)}")
         if module.header[1] not in _MACHINES:
             return Route(FALLBACK, path, "no .debug_frame is written for this architecture")
+        if module.header[1] == _EM_S390:
+            # Seen with gdb-multiarch under qemu: gdb takes a .debug_frame
+            # rule for f8-f15 as one for the vector registers over them and
+            # shows other values in caller frames than the Python unwinder
+            # hands (which are the values the registers hold there).
+            return Route(FALLBACK, path, "gdb misreads s390x floating-point register rules "
+                         "in .debug_frame")
         if module.header[1] == _EM_AARCH64 and _signs_return_addresses(path):
             # Seen with gdb-multiarch under qemu: the callers' signed return
             # addresses came out unstripped from the symbol file's
@@ -216,7 +224,8 @@ class Routes:
             return Route(FALLBACK, path, str(exc))
         if cached is not None:
             return self._attach(objfile, path, cached.path)
-        if self.setting == "foreground" or self._small(path):
+        if self.setting == "foreground" or self._small(path) or not section_module.SAVED_REGISTERS:
+            # (Without the analysis a file costs little; a worker would not know it is off.)
             try:
                 made = symbol_file_for(path, function_symbols=False)
             except SFrameError as exc:

@@ -776,6 +776,10 @@ def _cache_name(plan: _Plan) -> str:
             digest.update(f"{sec.name}\0{sec.type}\0{sec.size}\0".encode())
     if not plan.symbols:
         digest.update(b"no function symbols\0")
+    from . import section as section_module
+    if not section_module.SAVED_REGISTERS:
+        # Turned off (a control run, or no capstone wanted): the rules differ.
+        digest.update(b"no saved-register rules\0")
     prefix = plan.module.build_id or "nobuildid"
     return f"{prefix}-{digest.hexdigest()[:20]}.debug"
 

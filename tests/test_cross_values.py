@@ -30,6 +30,7 @@ About 3 s per session, 1 min in all.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -74,7 +75,7 @@ def _session(gdb: str, exe: Path, workdir: Path, breakpoint: str, *, plugin: boo
            "-ex", "set pagination off", "-ex", "set confirm off"]
     if plugin:
         cmd += ["-ex", f"source {GDB_PLUGIN}"]
-    if not analysis:  # SFrame's CFA/RA/FP rules only (the control)
+    if not analysis:  # SFrame's CFA/RA/FP rules only (the control), by the Python unwinder
         cmd += ["-ex", "python import sframe_core.section; sframe_core.section.SAVED_REGISTERS = False"]
     cmd += ["-ex", f"target remote 127.0.0.1:{stub.port}", "-ex", f"tbreak {breakpoint}",
             "-ex", "continue", "-ex", f"set $values_depth = {DEPTH}"]
@@ -84,7 +85,10 @@ def _session(gdb: str, exe: Path, workdir: Path, breakpoint: str, *, plugin: boo
                 "-ex", "maint flush register-cache"]
     cmd += [*dump, "-ex", "kill", str(exe)]
     try:
-        proc = run(cmd, cwd=workdir, timeout=120)
+        # The control's symbol files off: the executable is routed as the
+        # plugin is sourced, before the analysis can be turned off.
+        env = dict(os.environ, SFRAME_GDB_SYMBOL_FILES="off") if not analysis else None
+        proc = run(cmd, cwd=workdir, timeout=120, env=env)
     finally:
         stub.close()
     out = proc.stdout + proc.stderr
