@@ -356,6 +356,13 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
             sections[index] = sections[index]._replace(type=_SHT_PROGBITS, flags=0, align=align)
         own[index] = data
 
+    if not symbols:
+        # gdb's file: gdb has the module's own debug information already, and
+        # a second copy beside it made it pick blocks from ours (a frame 0
+        # inlined into its caller came out as the caller): no copy at all.
+        sections = [sec._replace(type=_SHT_NOBITS)
+                    if sec.name.startswith((".debug_", ".zdebug_")) and sec.type != _SHT_NOBITS
+                    else sec for sec in sections]
     provide(".debug_frame", frame, 8)
     if symbols and base.section(".symtab") is None and base.section(".debug_info") is None:
         _provide_function_symbols(sections, frame, module.big_endian, provide)
@@ -467,9 +474,9 @@ class _Plan(NamedTuple):
     module: ModuleInfo
     base: ModuleInfo
     sframe: bytes
-    # A stripped module's FDEs as function symbols: LLDB needs them
-    # (elfsyms); gdb does not, and would show their names where the twin
-    # shows "??".
+    # A stripped module's FDEs as function symbols, and a copy of the debug
+    # information: LLDB needs them (elfsyms); gdb does not (it would show the
+    # names where the twin shows "??", and has the debug information).
     symbols: bool = True
 
 
@@ -775,7 +782,7 @@ def _cache_name(plan: _Plan) -> str:
         if not sec.flags & _SHF_ALLOC:
             digest.update(f"{sec.name}\0{sec.type}\0{sec.size}\0".encode())
     if not plan.symbols:
-        digest.update(b"no function symbols\0")
+        digest.update(b"no function symbols, no debug information\0")
     from . import section as section_module
     if not section_module.SAVED_REGISTERS:
         # Turned off (a control run, or no capstone wanted): the rules differ.
