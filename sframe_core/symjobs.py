@@ -111,10 +111,6 @@ class Job:
         threading.Thread(target=self._wait, name=f"sframe symbol file {os.path.basename(path)}",
                          daemon=True).start()
 
-    @property
-    def done(self) -> bool:
-        return self.result is not None
-
     def cancel(self) -> None:
         """Stop the worker (the cache keeps nothing half-written)."""
         process = self._process
