@@ -500,13 +500,139 @@ class _Index(NamedTuple):
     fdes: list[_FDERef]
 
 
+class _HdrIndex(NamedTuple):
+    """``.eh_frame_hdr``'s search table, checked against ``.eh_frame``.
+
+    ``starts`` (file addresses) and ``offsets`` (into ``.eh_frame``) are
+    parallel, sorted by (start, offset): the order the full read gives FDEs
+    of equal start. ``cfi`` parses one entry at a time, on demand.
+    """
+
+    starts: list[int]
+    offsets: list[int]
+    cfi: Any  # pyelftools CallFrameInfo over the .eh_frame bytes
+
+
+class BadHdrError(Exception):
+    """``.eh_frame_hdr`` cannot be trusted: the table is read in full instead."""
+
+
+# DW_EH_PE_* value formats (low nibble) and applications (high bits) that an
+# ``.eh_frame_hdr`` header field may use here; anything else (indirect,
+# aligned, textrel, funcrel) is refused, and the whole section read instead.
+_EH_PE_FORMATS = {0x02: "H", 0x03: "I", 0x04: "Q", 0x0A: "h", 0x0B: "i", 0x0C: "q"}
+_EH_PE_ABS, _EH_PE_PCREL, _EH_PE_DATAREL = 0x00, 0x10, 0x30
+# The one table encoding libgcc's binary search takes (unwind-dw2-fde-dip.c).
+_EH_PE_DATAREL_SDATA4 = 0x3B
+_HDR_VERSION = 1
+
+
+def _encoded(data: bytes, pos: int, enc: int, endian: str, address: int, hdr_address: int,
+             wide: bool) -> tuple[int, int]:
+    """One DW_EH_PE-encoded header value at ``pos`` -> (value, next pos).
+
+    :raises BadHdrError: an encoding this reader does not take, or no room.
+    """
+    fmt = _EH_PE_FORMATS.get(enc & 0x0F, ("Q" if wide else "I") if enc & 0x0F == 0 else None)
+    application = enc & 0x70
+    if fmt is None or enc & 0x80 or application not in (_EH_PE_ABS, _EH_PE_PCREL,
+                                                           _EH_PE_DATAREL):
+        raise BadHdrError(f"encoding {enc:#04x} not supported")
+    layout = struct.Struct(endian + fmt)
+    if pos + layout.size > len(data):
+        raise BadHdrError("truncated header")
+    (value,) = layout.unpack_from(data, pos)
+    if application == _EH_PE_PCREL:
+        value += address + pos
+    elif application == _EH_PE_DATAREL:
+        value += hdr_address
+    return value & ((1 << 64) - 1 if wide else (1 << 32) - 1), pos + layout.size
+
+
+def _fde_offsets(data: bytes, endian: str) -> list[int]:
+    """The offsets of every FDE in ``.eh_frame`` bytes, from the length and
+    CIE-id words alone (no instruction is parsed): what the search table must
+    list, one entry each.
+
+    :raises BadHdrError: an entry runs past the section.
+    """
+    word, dword = struct.Struct(endian + "I"), struct.Struct(endian + "Q")
+    out: list[int] = []
+    pos, size = 0, len(data)
+    while pos < size:
+        if pos + 4 > size:
+            raise BadHdrError(f".eh_frame entry at offset {pos:#x} is truncated")
+        (length,) = word.unpack_from(data, pos)
+        if length == 0:  # a terminator (pyelftools reads on past it, as we do)
+            pos += 4
+            continue
+        if length == 0xFFFFFFFF:
+            if pos + 12 > size:
+                raise BadHdrError(f".eh_frame entry at offset {pos:#x} is truncated")
+            (length,) = dword.unpack_from(data, pos + 4)
+            id_at, id_size, end = pos + 12, 8, pos + 12 + length
+        else:
+            id_at, id_size, end = pos + 4, 4, pos + 4 + length
+        if length < id_size or end > size:
+            raise BadHdrError(f".eh_frame entry at offset {pos:#x} runs past the section")
+        if int.from_bytes(data[id_at:id_at + id_size], "little" if endian == "<" else "big"):
+            out.append(pos)
+        pos = end
+    return out
+
+
+def read_eh_frame_hdr(hdr: bytes, hdr_address: int, eh_frame: bytes, eh_address: int,
+                      big_endian: bool, wide: bool) -> tuple[list[int], list[int]]:
+    """``.eh_frame_hdr``'s table as (starts, ``.eh_frame`` offsets), sorted,
+    after checking it against the ``.eh_frame`` it indexes.
+
+    The checks are what make a lookup through the table give exactly what the
+    full read gives: the version and encodings libgcc's binary search takes,
+    ``eh_frame_ptr`` naming this ``.eh_frame``, a table that fits, sorted
+    starts, and one entry per FDE of the section (the FDE offsets come from
+    a walk over the entries' length words, which costs microseconds per
+    entry). Each entry's start is checked against its FDE when it is parsed.
+
+    :raises BadHdrError: any check fails (the caller reads ``.eh_frame`` whole).
+    """
+    endian = ">" if big_endian else "<"
+    if len(hdr) < 4:
+        raise BadHdrError("truncated header")
+    version, ptr_enc, count_enc, table_enc = hdr[0], hdr[1], hdr[2], hdr[3]
+    if version != _HDR_VERSION:
+        raise BadHdrError(f"version {version}, not {_HDR_VERSION}")
+    if table_enc != _EH_PE_DATAREL_SDATA4:
+        raise BadHdrError(f"table encoding {table_enc:#04x}, not {_EH_PE_DATAREL_SDATA4:#04x}")
+    pointer, pos = _encoded(hdr, 4, ptr_enc, endian, hdr_address, hdr_address, wide)
+    if pointer != eh_address:
+        raise BadHdrError(f"eh_frame_ptr {pointer:#x} is not .eh_frame's address "
+                          f"{eh_address:#x}")
+    count, pos = _encoded(hdr, pos, count_enc, endian, hdr_address, hdr_address, wide)
+    if pos + 8 * count > len(hdr):
+        raise BadHdrError(f"{count} table entries do not fit in {len(hdr)} bytes")
+    pairs = list(struct.iter_unpack(endian + "ii", hdr[pos:pos + 8 * count]))
+    starts = [hdr_address + start for start, _ in pairs]
+    if starts != sorted(starts):
+        raise BadHdrError("table not sorted")
+    offsets = [hdr_address + fde - eh_address for _, fde in pairs]
+    if sorted(offsets) != _fde_offsets(eh_frame, endian):
+        raise BadHdrError("table does not list each FDE of .eh_frame once")
+    ordered = sorted(zip(starts, offsets, strict=True))
+    return [start for start, _ in ordered], [offset for _, offset in ordered]
+
+
 class CFITable:
     """The DWARF CFI of one ELF file, loaded at ``bias``.
 
-    Nothing is read until the first lookup. Then ``.eh_frame`` and
-    ``.debug_frame`` are parsed once into pyelftools' entry lists (that parse
-    covers every entry and is the one whole-file cost: about a third of a
-    second for libc), and their FDE ranges are sorted once. Instructions are
+    Nothing is read until the first lookup. A linked file with
+    ``.eh_frame_hdr`` and no ``.debug_frame`` is then searched through the
+    header's table, as libgcc does: one FDE (and its CIE) is parsed per
+    looked-up function, so a backtrace through libc costs what it touches,
+    not libc's 3,700 FDEs (two thirds of a second). Otherwise, or when the
+    header fails a check (``read_eh_frame_hdr``; ``hdr_problem`` says
+    which), ``.eh_frame`` and ``.debug_frame`` are parsed once into
+    pyelftools' entry lists and their FDE ranges sorted once. Both ways give
+    the same FDE, hence the same rows, for every PC. Instructions are
     executed only for the FDE that covers a looked-up PC, and its rows are
     cached. ``.eh_frame`` wins when both sections cover a PC, as it is what
     the running code's unwinder (libgcc) uses.
@@ -532,6 +658,10 @@ class CFITable:
         self.bias = bias
         self._arch: Arch | None = None
         self._index: _Index | None = None
+        self._hdr: _HdrIndex | None = None
+        self._opened = False
+        # Why ``.eh_frame_hdr`` was not used (None: used, or there is none).
+        self.hdr_problem: str | None = None
         self._cies: dict[tuple[str, int], CIEInfo] = {}
         self._rows: OrderedDict[tuple[str, int], list[Row]] = OrderedDict()
 
@@ -539,11 +669,65 @@ class CFITable:
 
     @property
     def arch(self) -> Arch:
-        self._load()
+        self._open()
         assert self._arch is not None
         return self._arch
 
+    def _open(self) -> None:
+        """First use: the header's table when it is usable, else the full read."""
+        if self._opened:
+            return
+        self._opened = True
+        if self._path is None:
+            self._load()
+            return
+        from elftools.elf.elffile import ELFFile
+
+        from .files import open_elf
+
+        with reading_elf(self.name), open_elf(self._path, self.name) as stream:
+            elf = ELFFile(stream)
+            self._arch = self._arch_of(elf)
+            self._hdr = self._read_hdr(elf)
+            if self._hdr is None:
+                self._index = self._read(elf)
+
+    def _arch_of(self, elf: Any) -> Arch:
+        arch = arch_for_machine(elf["e_machine"], not elf.little_endian)
+        if arch is None:
+            raise FileError(f"{self.name}: no unwinding ABI for {elf['e_machine']}")
+        return arch
+
+    def _read_hdr(self, elf: Any) -> _HdrIndex | None:
+        """The checked ``.eh_frame_hdr`` table, or None: none, or not to be trusted."""
+        if elf["e_type"] == "ET_REL":
+            return None
+        hdr = elf.get_section_by_name(".eh_frame_hdr")
+        eh = elf.get_section_by_name(".eh_frame")
+        if hdr is None or eh is None or elf.get_section_by_name(".debug_frame") is not None:
+            return None  # with .debug_frame too, the full read merges both
+        if "SHT_NOBITS" in (hdr["sh_type"], eh["sh_type"]) or not eh.data_size:
+            return None
+        try:
+            data = eh.data()
+            starts, offsets = read_eh_frame_hdr(hdr.data(), hdr["sh_addr"], data,
+                                                eh["sh_addr"], not elf.little_endian,
+                                                elf.elfclass == 64)
+        except BadHdrError as exc:
+            self.hdr_problem = str(exc)
+            return None
+        from elftools.dwarf.callframe import CallFrameInfo
+        from elftools.dwarf.structs import DWARFStructs
+
+        structs = DWARFStructs(little_endian=elf.little_endian, dwarf_format=32,
+                               address_size=elf.elfclass // 8)
+        cfi = CallFrameInfo(BytesIO(data), len(data), eh["sh_addr"], structs, for_eh_frame=True)
+        return _HdrIndex(starts, offsets, cfi)
+
     def _load(self) -> _Index:
+        """Every FDE of the file, read once (what ``verify`` walks, and the
+        fallback when ``.eh_frame_hdr`` cannot serve)."""
+        self._opened = True
         if self._index is not None:
             return self._index
         if self._elf is not None:
@@ -561,10 +745,7 @@ class CFITable:
 
     def _read(self, elf: Any) -> _Index:
         with reading_elf(self.name):
-            arch = arch_for_machine(elf["e_machine"], not elf.little_endian)
-            if arch is None:
-                raise FileError(f"{self.name}: no unwinding ABI for {elf['e_machine']}")
-            self._arch = arch
+            self._arch = self._arch_of(elf)
             refs: list[_FDERef] = []
             for section_name, source in ((".eh_frame", "eh_frame"),
                                          (".debug_frame", "debug_frame")):
@@ -616,8 +797,15 @@ class CFITable:
     # -- lookup --------------------------------------------------------------
 
     def _find(self, pc: int) -> _FDERef | None:
-        index = self._load()
         addr = pc - self.bias
+        self._open()
+        if self._index is None and self._hdr is not None:
+            try:
+                return self._find_in_hdr(self._hdr, addr)
+            except BadHdrError as exc:
+                self.hdr_problem = str(exc)
+                self._hdr = None
+        index = self._load()
         pos = bisect.bisect_right(index.starts, addr) - 1
         # Overlaps are rare (a .debug_frame FDE under an .eh_frame one, or the
         # zero-address FDEs of discarded functions): look left a little, and
@@ -633,6 +821,32 @@ class CFITable:
                 found = found or ref
             pos -= 1
         return found
+
+    def _find_in_hdr(self, hdr: _HdrIndex, addr: int) -> _FDERef | None:
+        """``_find`` through the header's table: the same candidates, in the same
+        order (FDEs of no size are not candidates there either), each parsed
+        as it is looked at.
+
+        :raises BadHdrError: an entry's start is not its FDE's.
+        """
+        pos = bisect.bisect_right(hdr.starts, addr) - 1
+        looked = 0
+        while pos >= 0 and looked < 8:
+            start, offset = hdr.starts[pos], hdr.offsets[pos]
+            try:
+                entry = hdr.cfi._parse_entry_at(offset)
+            except foreign_errors() as exc:
+                raise FormatError(f"{self.name}: .eh_frame: {exc}") from None
+            if entry.header["initial_location"] != start:
+                raise BadHdrError(f"table entry {pos} says {start:#x}, its FDE at offset "
+                                  f"{offset:#x} {entry.header['initial_location']:#x}")
+            size = entry.header["address_range"]
+            if size > 0:
+                looked += 1
+                if start <= addr < start + size:
+                    return _FDERef(start, start + size, "eh_frame", entry)
+            pos -= 1
+        return None
 
     def has_fde(self, pc: int) -> bool:
         """Does an ``.eh_frame`` or ``.debug_frame`` FDE cover ``pc``?"""

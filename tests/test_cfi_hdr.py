@@ -1,0 +1,187 @@
+"""``.eh_frame_hdr`` lookups (``CFITable``'s fast path) against the full read.
+
+A backtrace asks a few PCs of libc; reading libc's 3,700 FDEs for them was
+most of ``sframe backtrace --core``'s time. Through the header's sorted
+table one FDE is parsed per function. These tests hold the two ways to the
+same answer: the same FDE, hence byte-identical rows, at sampled PCs of
+every FDE of real files (the host's libc and loader, the real programs);
+and, for headers that lie (a wrong encoding, an unsorted table, an entry
+out of range or naming the wrong start, a truncated table), the full read
+instead, with the reason kept, never a wrong row and never a traceback.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+from helpers import FIXTURES, X86, missing
+from helpers.oracle import gdb_run, sframe
+
+from sframe_core.cfi import CFITable
+
+LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")
+LOADER = Path("/lib64/ld-linux-x86-64.so.2")
+REALPROGS = [FIXTURES / "realprogs" / "lua5.4" / "busid-v3" / "lua5.4",
+             FIXTURES / "realprogs" / "bzip2" / "busid-v3" / "bzip2",
+             FIXTURES / "realprogs" / "lua5.4" / "bu2.40-v1" / "lua5.4"]
+TWIN = X86 / "busid-v3" / "deep"  # the fixture with .eh_frame (and its header)
+
+
+def _both(path: Path) -> tuple[CFITable, CFITable]:
+    """(the full read, the header's table) of one file."""
+    full = CFITable(path)
+    full._load()
+    fast = CFITable(path)
+    fast._open()
+    return full, fast
+
+
+def _key(table: CFITable, pc: int) -> object:
+    ref = table._find(pc)
+    if ref is None:
+        return None
+    return (ref.start, ref.end, ref.source, ref.entry.offset,
+            [(ins.opcode, ins.args) for ins in ref.entry.instructions])
+
+
+@pytest.mark.parametrize("path", [LIBC, LOADER, *REALPROGS], ids=lambda p: p.name)
+def test_header_lookup_is_the_full_read(path: Path) -> None:
+    """At each FDE's first, middle and last byte and just outside it: the same
+    FDE, with the same instructions; on every 8th FDE the same rows."""
+    if not path.exists():
+        missing(f"{path} not present on this host")
+    full, fast = _both(path)
+    assert fast._hdr is not None, fast.hdr_problem
+    fdes = full._load().fdes
+    assert len(fdes) > 50
+    for n, ref in enumerate(fdes):
+        for pc in (ref.start, (ref.start + ref.end) // 2, ref.end - 1, ref.end, ref.start - 1):
+            assert _key(fast, pc) == _key(full, pc), f"{path} at {pc:#x}"
+        if n % 8 == 0:
+            mid = (ref.start + ref.end) // 2
+            assert fast.fde_rows(mid) == full.fde_rows(mid)
+            assert fast.row_at(mid) == full.row_at(mid)
+    assert fast._index is None  # served by the header throughout, never the full read
+    assert not fast.has_fde(0) and not fast.has_fde(2**63)
+
+
+# -- Headers that lie ---------------------------------------------------------------
+
+
+def _layout(path: Path) -> tuple[int, int, int, int, int]:
+    """(.eh_frame_hdr's file offset, its size, its address, .eh_frame's address,
+    the file offset of the header's sh_size)."""
+    with open(path, "rb") as stream:
+        elf = ELFFile(stream)
+        hdr, eh = elf.get_section_by_name(".eh_frame_hdr"), elf.get_section_by_name(".eh_frame")
+        sh_size = (elf["e_shoff"] + elf.get_section_index(".eh_frame_hdr") * elf["e_shentsize"]
+                   + 0x20)
+        return hdr["sh_offset"], hdr["sh_size"], hdr["sh_addr"], eh["sh_addr"], sh_size
+
+
+def _lie(path: Path, tmp: Path, how: str) -> Path:
+    """A copy of ``path`` whose ``.eh_frame_hdr`` lies as ``how`` says."""
+    data = bytearray(path.read_bytes())
+    offset, size, _, _, sh_size = _layout(path)
+    table = offset + 12  # version, 3 encodings, eh_frame_ptr, fde_count (udata4)
+    count = struct.unpack_from("<I", data, offset + 8)[0]
+    if how == "version":
+        data[offset] = 2
+    elif how == "table_encoding":
+        data[offset + 3] = 0x1B  # pcrel: not what a binary search takes
+    elif how == "indirect_pointer":
+        data[offset + 1] = 0x9B
+    elif how == "eh_frame_ptr":
+        struct.pack_into("<i", data, offset + 4, struct.unpack_from("<i", data, offset + 4)[0] + 8)
+    elif how == "count_too_big":
+        struct.pack_into("<I", data, offset + 8, 0x7FFFFFFF)
+    elif how == "count_one_short":
+        struct.pack_into("<I", data, offset + 8, count - 1)
+    elif how == "unsorted":
+        first, second = data[table:table + 8], data[table + 8:table + 16]
+        data[table:table + 8], data[table + 8:table + 16] = second, first
+    elif how == "entry_out_of_range":
+        struct.pack_into("<i", data, table + 12, 0x7FFFFFF0)  # second entry's FDE pointer
+    elif how == "entry_twice":
+        data[table + 12:table + 16] = data[table + 4:table + 8]
+    elif how == "wrong_start":
+        # The last entry's start one byte on: still sorted, its FDE says otherwise.
+        last = table + 8 * (count - 1)
+        struct.pack_into("<i", data, last, struct.unpack_from("<i", data, last)[0] + 1)
+    elif how == "truncated":  # the section ends in the middle of the table
+        struct.pack_into("<Q", data, sh_size, 12 + 8 * (count // 2) + 4)
+    else:
+        raise AssertionError(how)
+    out = tmp / f"{path.name}.{how}"
+    out.write_bytes(bytes(data))
+    return out
+
+
+LIES = {
+    "version": "version 2, not 1",
+    "table_encoding": "table encoding 0x1b, not 0x3b",
+    "indirect_pointer": "encoding 0x9b not supported",
+    "eh_frame_ptr": "eh_frame_ptr 0x{ptr:x} is not .eh_frame's address 0x{eh:x}",
+    "count_too_big": "2147483647 table entries do not fit in {size} bytes",
+    "count_one_short": "table does not list each FDE of .eh_frame once",
+    "unsorted": "table not sorted",
+    "entry_out_of_range": "table does not list each FDE of .eh_frame once",
+    "entry_twice": "table does not list each FDE of .eh_frame once",
+    "truncated": "{count} table entries do not fit in {short} bytes",
+}
+
+
+@pytest.mark.parametrize("how", sorted(LIES))
+def test_a_lying_header_is_not_used(tmp_path: Path, how: str) -> None:
+    """Caught when the table is first read: every row then comes from the full read."""
+    lying = _lie(TWIN, tmp_path, how)
+    offset, size, _, eh, _ = _layout(TWIN)
+    count = struct.unpack_from("<I", TWIN.read_bytes(), offset + 8)[0]
+    table = CFITable(lying)
+    table._open()
+    assert table._hdr is None
+    assert table.hdr_problem == LIES[how].format(ptr=eh + 8, eh=eh, size=size, count=count,
+                                                 short=12 + 8 * (count // 2) + 4)
+    honest = CFITable(TWIN)
+    for ref in honest._load().fdes:
+        for pc in range(ref.start - 1, ref.end + 1):
+            assert table.row_at(pc) == honest.row_at(pc)
+
+
+def test_an_entry_naming_the_wrong_start_is_caught_when_it_is_parsed(tmp_path: Path) -> None:
+    lying = _lie(TWIN, tmp_path, "wrong_start")
+    table, honest = CFITable(lying), CFITable(TWIN)
+    fdes = honest._load().fdes
+    first = fdes[0]
+    assert table.row_at(first.start) == honest.row_at(first.start)
+    assert table._hdr is not None and table.hdr_problem is None  # the lie not met yet
+    last = fdes[-1]
+    assert table.row_at(last.start + 1) == honest.row_at(last.start + 1)
+    assert table._hdr is None and table._index is not None
+    assert table.hdr_problem is not None and table.hdr_problem.startswith(
+        f"table entry {len(fdes) - 1} says {last.start + 1:#x}, its FDE at offset ")
+
+
+@pytest.fixture(scope="module")
+def twin_core(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("hdr")
+    core = tmp / "deep.core"
+    gdb_run(TWIN, ["deep"], tmp, core=core, pcs=False)
+    return core
+
+
+@pytest.mark.gdb
+@pytest.mark.parametrize("how", ["table_encoding", "unsorted", "wrong_start", "truncated"])
+def test_backtrace_through_a_lying_header(tmp_path: Path, twin_core: Path, how: str) -> None:
+    """``sframe backtrace --core`` on the executable with a lying header prints
+    what it prints with the honest one, byte for byte, and no error."""
+    honest = sframe("backtrace", "--core", str(twin_core), "--exe", str(TWIN),
+                    "--source", "eh_frame")
+    lying = _lie(TWIN, tmp_path, how)
+    out = sframe("backtrace", "--core", str(twin_core), "--exe", str(lying),
+                 "--source", "eh_frame")
+    assert out.stdout == honest.stdout.replace(str(TWIN), str(lying))
+    assert " in main+" in honest.stdout and out.stderr == honest.stderr == ""
