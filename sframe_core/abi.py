@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["Arch", "AMD64", "AARCH64_LE", "AARCH64_BE", "S390X", "arch_for_abi", "arch_for_machine",
+           "ELF_MACHINE_NAMES",
            "ARCHES"]
 
 
@@ -104,6 +105,11 @@ def arch_for_abi(abi_id: int) -> Arch | None:
         if arch.abi_id == abi_id:
             return arch
     return None
+
+
+# e_machine numbers -> pyelftools' names, for the machines above: what
+# readers that take the ELF header with ``struct`` (files.elf_layout) use.
+ELF_MACHINE_NAMES = {62: "EM_X86_64", 183: "EM_AARCH64", 22: "EM_S390"}
 
 
 def arch_for_machine(machine: str, big_endian: bool) -> Arch | None:

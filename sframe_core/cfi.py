@@ -28,10 +28,11 @@ import struct
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from io import BytesIO
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
-from .abi import AARCH64_BE, AARCH64_LE, Arch, arch_for_machine
+from .abi import AARCH64_BE, AARCH64_LE, ELF_MACHINE_NAMES, Arch, arch_for_machine
 from .errors import FileError, FormatError, foreign_errors, reading_elf
+from .files import SHT_NOBITS, ElfLayout
 from .rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
 
 __all__ = [
@@ -522,6 +523,7 @@ class BadHdrError(Exception):
 # aligned, textrel, funcrel) is refused, and the whole section read instead.
 _EH_PE_FORMATS = {0x02: "H", 0x03: "I", 0x04: "Q", 0x0A: "h", 0x0B: "i", 0x0C: "q"}
 _EH_PE_ABS, _EH_PE_PCREL, _EH_PE_DATAREL = 0x00, 0x10, 0x30
+_ET_REL = 1
 # The one table encoding libgcc's binary search takes (unwind-dw2-fde-dip.c).
 _EH_PE_DATAREL_SDATA4 = 0x3B
 _HDR_VERSION = 1
@@ -674,23 +676,33 @@ class CFITable:
         return self._arch
 
     def _open(self) -> None:
-        """First use: the header's table when it is usable, else the full read."""
+        """First use: the header's table when it is usable, else the full read.
+
+        The header path reads the section headers with ``struct``
+        (``files.elf_layout``); pyelftools' ``ELFFile`` is built only for
+        the full read.
+        """
         if self._opened:
             return
         self._opened = True
         if self._path is None:
             self._load()
             return
-        from elftools.elf.elffile import ELFFile
-
-        from .files import open_elf
+        from .files import elf_layout, open_elf
 
         with reading_elf(self.name), open_elf(self._path, self.name) as stream:
-            elf = ELFFile(stream)
-            self._arch = self._arch_of(elf)
-            self._hdr = self._read_hdr(elf)
-            if self._hdr is None:
-                self._index = self._read(elf)
+            layout = elf_layout(stream, self.name)
+            machine = ELF_MACHINE_NAMES.get(layout.machine)
+            arch = None if machine is None else arch_for_machine(machine, layout.big_endian)
+            if arch is not None:
+                self._arch = arch
+                self._hdr = self._read_hdr(stream, layout)
+                if self._hdr is not None:
+                    return
+            from elftools.elf.elffile import ELFFile
+
+            stream.seek(0)
+            self._index = self._read(ELFFile(stream))
 
     def _arch_of(self, elf: Any) -> Arch:
         arch = arch_for_machine(elf["e_machine"], not elf.little_endian)
@@ -698,30 +710,30 @@ class CFITable:
             raise FileError(f"{self.name}: no unwinding ABI for {elf['e_machine']}")
         return arch
 
-    def _read_hdr(self, elf: Any) -> _HdrIndex | None:
+    def _read_hdr(self, stream: BinaryIO, layout: ElfLayout) -> _HdrIndex | None:
         """The checked ``.eh_frame_hdr`` table, or None: none, or not to be trusted."""
-        if elf["e_type"] == "ET_REL":
+        if layout.e_type == _ET_REL:
             return None
-        hdr = elf.get_section_by_name(".eh_frame_hdr")
-        eh = elf.get_section_by_name(".eh_frame")
-        if hdr is None or eh is None or elf.get_section_by_name(".debug_frame") is not None:
+        hdr, eh = layout.section(".eh_frame_hdr"), layout.section(".eh_frame")
+        if hdr is None or eh is None or layout.section(".debug_frame") is not None:
             return None  # with .debug_frame too, the full read merges both
-        if "SHT_NOBITS" in (hdr["sh_type"], eh["sh_type"]) or not eh.data_size:
+        if SHT_NOBITS in (hdr.type, eh.type) or not eh.size:
             return None
+        hdr_data, data = layout.data(stream, hdr), layout.data(stream, eh)
+        if hdr_data is None or data is None:
+            return None  # compressed: left to pyelftools
         try:
-            data = eh.data()
-            starts, offsets = read_eh_frame_hdr(hdr.data(), hdr["sh_addr"], data,
-                                                eh["sh_addr"], not elf.little_endian,
-                                                elf.elfclass == 64)
+            starts, offsets = read_eh_frame_hdr(hdr_data, hdr.addr, data, eh.addr,
+                                                layout.big_endian, layout.wide)
         except BadHdrError as exc:
             self.hdr_problem = str(exc)
             return None
         from elftools.dwarf.callframe import CallFrameInfo
         from elftools.dwarf.structs import DWARFStructs
 
-        structs = DWARFStructs(little_endian=elf.little_endian, dwarf_format=32,
-                               address_size=elf.elfclass // 8)
-        cfi = CallFrameInfo(BytesIO(data), len(data), eh["sh_addr"], structs, for_eh_frame=True)
+        structs = DWARFStructs(little_endian=not layout.big_endian, dwarf_format=32,
+                               address_size=8 if layout.wide else 4)
+        cfi = CallFrameInfo(BytesIO(data), len(data), eh.addr, structs, for_eh_frame=True)
         return _HdrIndex(starts, offsets, cfi)
 
     def _load(self) -> _Index:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import os
 import stat
 import struct
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from .errors import FileError, NotELFError
 
 __all__ = ["MAX_SECTION_SIZE", "open_regular", "read_regular", "check_elf_layout", "open_elf",
+           "ElfLayout", "SectionHeader", "elf_layout",
            "file_kind"]
 
 # No real .sframe section comes near this (a 100 MB browser library carries a
@@ -240,3 +241,84 @@ def open_elf(path: str | os.PathLike[str], label: str | None = None) -> BinaryIO
     except BaseException:
         stream.close()
         raise
+
+
+SHF_COMPRESSED = 0x800
+# The full section header: (sh_name, sh_type, sh_flags, sh_addr, sh_offset,
+# sh_size, sh_link, sh_info, sh_addralign, sh_entsize).
+_SHDR_FULL = {1: "IIIIIIIIII", 2: "IIQQQQIIQQ"}
+
+
+class SectionHeader(NamedTuple):
+    name: str
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    entsize: int
+
+
+class ElfLayout(NamedTuple):
+    """An ELF file's header fields and section headers, read with ``struct``.
+
+    For readers on a backtrace's path (``symbols``, ``cfi``) that need a few
+    sections' bytes: pyelftools builds an object per section, and parses
+    the hash tables, to find one by name (about 5 ms for libc, per file
+    and per reader). Only valid for a file ``check_elf_layout`` accepted.
+    """
+
+    wide: bool  # ELFCLASS64
+    big_endian: bool
+    e_type: int
+    machine: int
+    sections: tuple[SectionHeader, ...]
+
+    def section(self, name: str) -> SectionHeader | None:
+        """The section called ``name``; the last of that name, as pyelftools'
+        ``get_section_by_name`` gives."""
+        for header in reversed(self.sections):
+            if header.name == name:
+                return header
+        return None
+
+    def data(self, stream: BinaryIO, header: SectionHeader) -> bytes | None:
+        """The section's bytes; empty for SHT_NOBITS, None when compressed."""
+        if header.flags & SHF_COMPRESSED:
+            return None
+        if header.type == SHT_NOBITS:
+            return b""
+        return _read_at(stream, header.offset, header.size)
+
+
+def elf_layout(stream: BinaryIO, label: str) -> ElfLayout:
+    """The layout of an ELF file opened with ``open_elf`` (headers checked).
+
+    :raises FileError: as ``check_elf_layout`` would (it is not trusted to
+        have run on this very stream).
+    """
+    check_elf_layout(stream, label)
+    ident = _read_at(stream, 0, 16)
+    cls, end = ident[4], "<" if ident[5] == 1 else ">"
+    header = _read_at(stream, 0, _EHSIZE[cls])
+    e_type, _phoff, shoff, _phentsize, _phnum, shentsize, shnum, shstrndx = \
+        struct.unpack_from(end + _EHDR[cls], header)
+    (machine,) = struct.unpack_from(end + "H", header, 18)
+    if e_type == ET_CORE or not shoff:
+        return ElfLayout(cls == 2, end == ">", e_type, machine, ())
+    shdr = struct.Struct(end + _SHDR_FULL[cls])
+    first = shdr.unpack(_read_at(stream, shoff, shentsize))
+    count = shnum or first[5]
+    if shstrndx == SHN_XINDEX:
+        shstrndx = first[6]
+    rows = list(shdr.iter_unpack(_read_at(stream, shoff, count * shentsize)))
+    short: list[tuple[int, ...]] = [(r[0], r[1], r[4], r[5]) for r in rows]
+    names = _names(stream, short, shstrndx, os.fstat(stream.fileno()).st_size)
+    sections = tuple(
+        SectionHeader(names(i) if 0 < shstrndx < count else "", stype, flags, addr, offset, size,
+                      link, info, entsize)
+        for i, (_n, stype, flags, addr, offset, size, link, info, _align, entsize)
+        in enumerate(rows))
+    return ElfLayout(cls == 2, end == ">", e_type, machine, sections)

@@ -15,9 +15,10 @@ import bisect
 import os
 import struct
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from .errors import FileError, reading_elf
+from .files import SHT_NOBITS, ElfLayout
 
 __all__ = ["Symbol", "SymbolTable", "Symbolizer", "DEBUG_ROOTS"]
 
@@ -50,28 +51,35 @@ def _cstring(strings: bytes, at: int) -> str:
     return raw.decode("utf-8", "replace").split("@")[0]
 
 
-def _read_symbols(elf: Any, strtabs: list[bytes]) -> tuple[list[_Raw], bool]:
+def _read_symbols(stream: BinaryIO, layout: ElfLayout, strtabs: list[bytes]
+                  ) -> tuple[list[_Raw], bool]:
     """Sized, defined function symbols of ``.symtab`` and ``.dynsym``, raw.
 
     The tables are unpacked with ``struct`` in one pass over their bytes and
     no name is decoded: pyelftools builds a dict per symbol (about 80 us
     each), which made an executable with 87,000 functions cost seconds.
-    Entry sizes were checked against the ELF class when the file was opened.
+    The sections are found from the headers alone (``files.elf_layout``),
+    not through pyelftools' section objects. Entry sizes were checked
+    against the ELF class when the file was opened. A compressed table
+    (never seen in a real file) gives no symbols.
     """
     out: list[_Raw] = []
     has_symtab = False
-    layout = _SYM[(elf.elfclass, elf.little_endian)]
-    wide = elf.elfclass == 64
+    layout_struct = _SYM[(64 if layout.wide else 32, not layout.big_endian)]
+    wide = layout.wide
     for name in (".symtab", ".dynsym"):
-        section = elf.get_section_by_name(name)
-        if section is None or section["sh_type"] == "SHT_NOBITS":
+        section = layout.section(name)
+        if section is None or section.type == SHT_NOBITS:
             continue
         has_symtab = has_symtab or name == ".symtab"
-        table = section.data()
-        table = table[: len(table) - len(table) % layout.size]
+        table = layout.data(stream, section)
+        strings = layout.data(stream, layout.sections[section.link])
+        if table is None or strings is None:
+            continue
+        table = table[: len(table) - len(table) % layout_struct.size]
         number = len(strtabs)
-        strtabs.append(elf.get_section(section["sh_link"]).data())
-        rows = layout.iter_unpack(table)
+        strtabs.append(strings)
+        rows = layout_struct.iter_unpack(table)
         if not wide:
             rows = ((n, i, sh, v, sz) for n, v, sz, i, sh in rows)
         out += [(value, size, _RANK.get(info >> 4, 2), number, name_at)
@@ -80,13 +88,26 @@ def _read_symbols(elf: Any, strtabs: list[bytes]) -> tuple[list[_Raw], bool]:
     return out, has_symtab
 
 
-def _build_id(elf: Any) -> str | None:
-    section = elf.get_section_by_name(".note.gnu.build-id")
-    if section is None:
+_NT_GNU_BUILD_ID = 3
+
+
+def _build_id(stream: BinaryIO, layout: ElfLayout) -> str | None:
+    """The GNU build ID note's bytes in hex, as pyelftools' ``n_desc`` gives them."""
+    section = layout.section(".note.gnu.build-id")
+    data = None if section is None else layout.data(stream, section)
+    if not data:
         return None
-    for note in section.iter_notes():
-        if note["n_type"] == "NT_GNU_BUILD_ID":
-            return str(note["n_desc"])
+    word = struct.Struct((">" if layout.big_endian else "<") + "III")
+    pos = 0
+    while pos + word.size <= len(data):
+        namesz, descsz, kind = word.unpack_from(data, pos)
+        name_at = pos + word.size
+        desc_at = name_at + (namesz + 3) // 4 * 4
+        if desc_at + descsz > len(data):
+            return None
+        if kind == _NT_GNU_BUILD_ID and data[name_at:name_at + namesz] == b"GNU\0":
+            return data[desc_at:desc_at + descsz].hex()
+        pos = desc_at + (descsz + 3) // 4 * 4
     return None
 
 
@@ -109,19 +130,23 @@ class SymbolTable:
         starts: list[int] = []
         ends: list[int] = []
         refs: list[str | tuple[int, int]] = []
+        # Entry -> the other names of its best rank: which one is alphabetically
+        # first is decided when the entry is first looked up, as libc with its
+        # debug file has thousands of such pairs (.dynsym and .symtab both).
+        ties: dict[int, list[str | tuple[int, int]]] = {}
         last = None
         best_rank = 0
         for start, size, rank, table, at in raw:  # sorted: the best rank comes first
             ref: str | tuple[int, int] = names[table] if names is not None else (table, at)
             if (start, size) == last:
-                if rank == best_rank and self._decode(ref) < self._decode(refs[-1]):
-                    refs[-1] = ref
+                if rank == best_rank:
+                    ties.setdefault(len(refs) - 1, []).append(ref)
                 continue
             last, best_rank = (start, size), rank
             starts.append(start)
             ends.append(start + size)
             refs.append(ref)
-        self._starts, self._ends, self._refs = starts, ends, refs
+        self._starts, self._ends, self._refs, self._ties = starts, ends, refs, ties
 
     def _decode(self, ref: str | tuple[int, int]) -> str:
         if isinstance(ref, str):
@@ -130,9 +155,10 @@ class SymbolTable:
 
     def _name(self, index: int) -> str:
         ref = self._refs[index]
-        if isinstance(ref, str):
+        others = self._ties.pop(index, None)
+        if isinstance(ref, str) and others is None:
             return ref
-        name = self._refs[index] = self._decode(ref)
+        name = self._refs[index] = min(self._decode(r) for r in [ref, *(others or ())])
         return name
 
     @property
@@ -144,23 +170,21 @@ class SymbolTable:
     @classmethod
     def from_file(cls, path: str, debug_roots: Iterable[str] = DEBUG_ROOTS) -> SymbolTable:
         """The symbols of ``path``; empty when it cannot be read (a missing name is ``??``)."""
-        from elftools.elf.elffile import ELFFile
-
-        from .files import open_elf
+        from .files import elf_layout, open_elf
 
         raw: list[_Raw] = []
         strtabs: list[bytes] = []
         try:
             with reading_elf(path), open_elf(path) as stream:
-                elf = ELFFile(stream)
-                raw, has_symtab = _read_symbols(elf, strtabs)
-                build_id = None if has_symtab else _build_id(elf)
+                layout = elf_layout(stream, path)
+                raw, has_symtab = _read_symbols(stream, layout, strtabs)
+                build_id = None if has_symtab else _build_id(stream, layout)
             if build_id and len(build_id) > 2:
                 for root in debug_roots:
                     debug = os.path.join(root, ".build-id", build_id[:2], build_id[2:] + ".debug")
                     if os.path.exists(debug):
                         with reading_elf(debug), open_elf(debug) as stream:
-                            raw += _read_symbols(ELFFile(stream), strtabs)[0]
+                            raw += _read_symbols(stream, elf_layout(stream, debug), strtabs)[0]
                         break
         except FileError:
             raw = []  # symbols are decoration: a bad file just has none
