@@ -10,10 +10,11 @@ import functools
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
+from .abi import ELF_MACHINE_NAMES
 from .errors import FileError, FormatError, reading_elf
-from .files import MAX_SECTION_SIZE, open_elf
+from .files import MAX_SECTION_SIZE, ElfLayout, SectionHeader, elf_layout, open_elf
 from .format import HEADER_SIZE, parse_header
 from .section import CodeReader, PointerReader, SFrameSection
 
@@ -227,12 +228,78 @@ def read_elf(path: str | os.PathLike[str]) -> ElfSFrame:
     :raises FileError: the file is missing, unreadable, not a regular file,
         not ELF, or its headers claim more than the file holds.
     """
-    from elftools.elf.elffile import ELFFile
-
     name = os.fspath(path)
     with reading_elf(name), open_elf(name) as stream:
-        elf = ELFFile(stream)
-        return _read(elf, name)
+        fast = _read_layout(stream, elf_layout(stream, name), name)
+        if fast is not None:
+            return fast
+        from elftools.elf.elffile import ELFFile
+
+        stream.seek(0)
+        return _read(ELFFile(stream), name)
+
+
+_E_TYPES = {2: "ET_EXEC", 3: "ET_DYN"}
+_SHT_RELA, _SHT_REL, _SHT_NOBITS, _PT_LOAD = 4, 9, 8, 1
+
+
+def _read_layout(stream: BinaryIO, layout: ElfLayout, name: str) -> ElfSFrame | None:
+    """``_read`` from the headers alone (``files.elf_layout``), for the linked
+    files of the machines we unwind: what every module of a backtrace costs,
+    without pyelftools' object per section and per segment. None where
+    ``_read`` must do it (``.o`` files, whose ``.sframe`` needs relocating;
+    cores; other machines, named as pyelftools names them; a compressed
+    ``.sframe``). The two give equal results (tests/test_elf_layout.py)."""
+    e_type = _E_TYPES.get(layout.e_type)
+    machine = ELF_MACHINE_NAMES.get(layout.machine)
+    if e_type is None or machine is None:
+        return None
+    if layout.sections and not any(section.name for section in layout.sections):
+        return None  # no usable name table: pyelftools' reading of it decides
+    has_eh = has_debug = False
+    address: int | None = None
+    data: bytes | None = None
+    from_segment = False
+    sframe: SectionHeader | None = None
+    relocs: list[tuple[int, int]] = []
+    in_place = False
+    for section in layout.sections:
+        kind = section.type
+        if kind == _SHT_RELA and section.flags & _SHF_ALLOC and section.entsize == _RELA.size:
+            relocs.append((section.offset, section.size))
+        elif kind == _SHT_RELR or (kind == _SHT_REL and section.flags & _SHF_ALLOC):
+            in_place = True
+        if section.name == ".eh_frame" and section.size > 0:
+            has_eh = True
+        elif section.name == ".debug_frame" and section.size > 0:
+            has_debug = True
+        elif section.name == ".sframe" and kind != _SHT_NOBITS:
+            sframe = section
+    if sframe is not None:
+        _check_sframe_size(name, sframe.size)
+        address = sframe.addr
+        data = layout.data(stream, sframe)
+        if data is None:
+            return None  # compressed: pyelftools decompresses it
+    elif not layout.sections:
+        for segment in layout.segments:
+            if segment.type == PT_GNU_SFRAME:
+                address = segment.vaddr
+                _check_sframe_size(name, segment.filesz)
+                stream.seek(segment.offset)
+                data = stream.read(segment.filesz)
+                from_segment = True
+                if len(data) >= HEADER_SIZE:
+                    try:
+                        data = data[: parse_header(data).size]
+                    except FormatError:
+                        pass  # reported, with its offset, when the section is opened
+            elif segment.type == PT_GNU_EH_FRAME and segment.memsz > 0:
+                has_eh = True
+    segments = tuple(LoadSegment(seg.offset, seg.vaddr, seg.filesz, seg.memsz, bool(seg.flags & 1))
+                     for seg in layout.segments if seg.type == _PT_LOAD)
+    return ElfSFrame(name, machine, layout.big_endian, e_type, has_eh, has_debug, address, data,
+                     from_segment, False, segments, layout.entry, () if in_place else tuple(relocs))
 
 
 def _check_sframe_size(name: str, size: int) -> None:

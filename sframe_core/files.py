@@ -20,7 +20,7 @@ from typing import BinaryIO, NamedTuple
 from .errors import FileError, NotELFError
 
 __all__ = ["MAX_SECTION_SIZE", "open_regular", "read_regular", "check_elf_layout", "open_elf",
-           "ElfLayout", "SectionHeader", "elf_layout",
+           "ElfLayout", "SectionHeader", "SegmentHeader", "elf_layout",
            "file_kind"]
 
 # No real .sframe section comes near this (a 100 MB browser library carries a
@@ -209,17 +209,23 @@ def _names(stream: BinaryIO, sections: list[tuple[int, ...]], shstrndx: int, siz
     return _Names(strtab, sections)
 
 
+def _name_at(strtab: bytes, at: int) -> str:
+    """A section's name as pyelftools gives it ("" past the table's end)."""
+    stop = strtab.find(b"\0", at)
+    return strtab[at: stop if stop >= 0 else len(strtab)].decode("utf-8", "replace")
+
+
 class _Names:
     def __init__(self, strtab: bytes, sections: list[tuple[int, ...]]) -> None:
-        self._strtab = strtab
+        self.strtab = strtab
         self._sections = sections
 
     def __call__(self, index: int) -> str:
         start = self._sections[index][0]
-        if start >= len(self._strtab):
+        if start >= len(self.strtab):
             return f"[{index}]"
-        stop = self._strtab.find(b"\0", start)
-        name = self._strtab[start: stop if stop >= 0 else len(self._strtab)]
+        stop = self.strtab.find(b"\0", start)
+        name = self.strtab[start: stop if stop >= 0 else len(self.strtab)]
         return name[:100].decode("ascii", "replace") or f"[{index}]"
 
 
@@ -261,6 +267,19 @@ class SectionHeader(NamedTuple):
     entsize: int
 
 
+class SegmentHeader(NamedTuple):
+    type: int
+    flags: int
+    offset: int
+    vaddr: int
+    filesz: int
+    memsz: int
+
+
+# The full program header, per class: ELF32 puts p_flags after p_memsz.
+_PHDR_FULL = {1: "IIIIIIII", 2: "IIQQQQQQ"}
+
+
 class ElfLayout(NamedTuple):
     """An ELF file's header fields and section headers, read with ``struct``.
 
@@ -275,6 +294,8 @@ class ElfLayout(NamedTuple):
     e_type: int
     machine: int
     sections: tuple[SectionHeader, ...]
+    segments: tuple[SegmentHeader, ...] = ()
+    entry: int = 0
 
     def section(self, name: str) -> SectionHeader | None:
         """The section called ``name``; the last of that name, as pyelftools'
@@ -303,22 +324,35 @@ def elf_layout(stream: BinaryIO, label: str) -> ElfLayout:
     ident = _read_at(stream, 0, 16)
     cls, end = ident[4], "<" if ident[5] == 1 else ">"
     header = _read_at(stream, 0, _EHSIZE[cls])
-    e_type, _phoff, shoff, _phentsize, _phnum, shentsize, shnum, shstrndx = \
+    e_type, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx = \
         struct.unpack_from(end + _EHDR[cls], header)
-    (machine,) = struct.unpack_from(end + "H", header, 18)
-    if e_type == ET_CORE or not shoff:
-        return ElfLayout(cls == 2, end == ">", e_type, machine, ())
-    shdr = struct.Struct(end + _SHDR_FULL[cls])
-    first = shdr.unpack(_read_at(stream, shoff, shentsize))
-    count = shnum or first[5]
-    if shstrndx == SHN_XINDEX:
-        shstrndx = first[6]
-    rows = list(shdr.iter_unpack(_read_at(stream, shoff, count * shentsize)))
+    machine, _version, entry = struct.unpack_from(end + ("HII" if cls == 1 else "HIQ"), header, 18)
+    wide, big = cls == 2, end == ">"
+    if e_type == ET_CORE:
+        return ElfLayout(wide, big, e_type, machine, (), (), entry)
+    rows: list[tuple[int, ...]] = []
+    if shoff:
+        shdr = struct.Struct(end + _SHDR_FULL[cls])
+        first = shdr.unpack(_read_at(stream, shoff, shentsize))
+        count = shnum or first[5]
+        if phnum == PN_XNUM:
+            phnum = first[7]
+        if shstrndx == SHN_XINDEX:
+            shstrndx = first[6]
+        rows = list(shdr.iter_unpack(_read_at(stream, shoff, count * shentsize)))
+    segments: tuple[SegmentHeader, ...] = ()
+    if phnum:
+        phdr = struct.Struct(end + _PHDR_FULL[cls])
+        table = phdr.iter_unpack(_read_at(stream, phoff, phnum * phentsize))
+        if wide:
+            segments = tuple(SegmentHeader(t, f, o, v, fs, ms) for t, f, o, v, _p, fs, ms, _a
+                             in table)
+        else:
+            segments = tuple(SegmentHeader(t, f, o, v, fs, ms) for t, o, v, _p, fs, ms, f, _a
+                             in table)
     short: list[tuple[int, ...]] = [(r[0], r[1], r[4], r[5]) for r in rows]
-    names = _names(stream, short, shstrndx, os.fstat(stream.fileno()).st_size)
+    strtab = _names(stream, short, shstrndx, os.fstat(stream.fileno()).st_size).strtab
     sections = tuple(
-        SectionHeader(names(i) if 0 < shstrndx < count else "", stype, flags, addr, offset, size,
-                      link, info, entsize)
-        for i, (_n, stype, flags, addr, offset, size, link, info, _align, entsize)
-        in enumerate(rows))
-    return ElfLayout(cls == 2, end == ">", e_type, machine, sections)
+        SectionHeader(_name_at(strtab, at), stype, flags, addr, offset, size, link, info, entsize)
+        for at, stype, flags, addr, offset, size, link, info, _align, entsize in rows)
+    return ElfLayout(wide, big, e_type, machine, sections, segments, entry)
