@@ -287,13 +287,8 @@ def _read_layout(stream: BinaryIO, layout: ElfLayout, name: str) -> ElfSFrame | 
                 address = segment.vaddr
                 _check_sframe_size(name, segment.filesz)
                 stream.seek(segment.offset)
-                data = stream.read(segment.filesz)
+                data = _segment_sframe(stream.read(segment.filesz))
                 from_segment = True
-                if len(data) >= HEADER_SIZE:
-                    try:
-                        data = data[: parse_header(data).size]
-                    except FormatError:
-                        pass  # reported, with its offset, when the section is opened
             elif segment.type == PT_GNU_EH_FRAME and segment.memsz > 0:
                 has_eh = True
     segments = tuple(LoadSegment(seg.offset, seg.vaddr, seg.filesz, seg.memsz, bool(seg.flags & 1))
@@ -306,6 +301,18 @@ def _check_sframe_size(name: str, size: int) -> None:
     if size > MAX_SECTION_SIZE:
         raise FileError(f"{name}: .sframe claims {size} bytes, more than any SFrame section "
                         f"(limit {MAX_SECTION_SIZE >> 20} MiB)")
+
+
+def _segment_sframe(data: bytes) -> bytes:
+    """PT_GNU_SFRAME's bytes: p_filesz can exceed the section, so keep what
+    the header claims (a bad header is reported, with its offset, when the
+    section is opened)."""
+    if len(data) >= HEADER_SIZE:
+        try:
+            return data[: parse_header(data).size]
+        except FormatError:
+            pass
+    return data
 
 
 def _read(elf: Any, name: str) -> ElfSFrame:
@@ -344,14 +351,8 @@ def _read(elf: Any, name: str) -> ElfSFrame:
             if ptype == PT_GNU_SFRAME or ptype == "PT_GNU_SFRAME":
                 address = segment["p_vaddr"]
                 _check_sframe_size(name, segment["p_filesz"])
-                data = segment.data()
+                data = _segment_sframe(segment.data())
                 from_segment = True
-                # p_filesz can exceed the section: keep what the header claims.
-                if len(data) >= HEADER_SIZE:
-                    try:
-                        data = data[: parse_header(data).size]
-                    except FormatError:
-                        pass  # reported, with its offset, when the section is opened
             elif ptype in (PT_GNU_EH_FRAME, "PT_GNU_EH_FRAME") and segment["p_memsz"] > 0:
                 has_eh = True
     segments = tuple(

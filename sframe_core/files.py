@@ -20,7 +20,7 @@ from typing import BinaryIO, NamedTuple
 from .errors import FileError, NotELFError
 
 __all__ = ["MAX_SECTION_SIZE", "open_regular", "read_regular", "check_elf_layout", "open_elf",
-           "ElfLayout", "SectionHeader", "SegmentHeader", "elf_layout",
+           "ElfLayout", "SectionHeader", "SegmentHeader", "elf_layout", "notes_build_id",
            "file_kind"]
 
 # No real .sframe section comes near this (a 100 MB browser library carries a
@@ -356,3 +356,24 @@ def elf_layout(stream: BinaryIO, label: str) -> ElfLayout:
         SectionHeader(_name_at(strtab, at), stype, flags, addr, offset, size, link, info, entsize)
         for at, stype, flags, addr, offset, size, link, info, _align, entsize in rows)
     return ElfLayout(wide, big, e_type, machine, sections, segments, entry)
+
+
+NT_GNU_BUILD_ID = 3
+
+
+def notes_build_id(data: bytes, endian: str) -> str | None:
+    """The GNU build ID (hex) in a note section's bytes, or None: what
+    pyelftools' ``n_desc`` of the NT_GNU_BUILD_ID note gives."""
+    pos = 0
+    while pos + 12 <= len(data):
+        namesz, descsz, ntype = struct.unpack_from(endian + "III", data, pos)
+        name_at = pos + 12
+        desc_at = name_at + ((namesz + 3) & ~3)
+        end = desc_at + ((descsz + 3) & ~3)
+        if desc_at + descsz > len(data):
+            return None
+        if ntype == NT_GNU_BUILD_ID and data[name_at:name_at + namesz].rstrip(b"\0") == b"GNU" \
+                and descsz:
+            return data[desc_at:desc_at + descsz].hex()
+        pos = end
+    return None

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import BinaryIO, NamedTuple
 
 from .errors import FileError, reading_elf
-from .files import SHT_NOBITS, ElfLayout
+from .files import SHT_NOBITS, ElfLayout, notes_build_id
 
 __all__ = ["Symbol", "SymbolTable", "Symbolizer", "DEBUG_ROOTS"]
 
@@ -88,27 +88,10 @@ def _read_symbols(stream: BinaryIO, layout: ElfLayout, strtabs: list[bytes]
     return out, has_symtab
 
 
-_NT_GNU_BUILD_ID = 3
-
-
 def _build_id(stream: BinaryIO, layout: ElfLayout) -> str | None:
-    """The GNU build ID note's bytes in hex, as pyelftools' ``n_desc`` gives them."""
     section = layout.section(".note.gnu.build-id")
     data = None if section is None else layout.data(stream, section)
-    if not data:
-        return None
-    word = struct.Struct((">" if layout.big_endian else "<") + "III")
-    pos = 0
-    while pos + word.size <= len(data):
-        namesz, descsz, kind = word.unpack_from(data, pos)
-        name_at = pos + word.size
-        desc_at = name_at + (namesz + 3) // 4 * 4
-        if desc_at + descsz > len(data):
-            return None
-        if kind == _NT_GNU_BUILD_ID and data[name_at:name_at + namesz] == b"GNU\0":
-            return data[desc_at:desc_at + descsz].hex()
-        pos = desc_at + (descsz + 3) // 4 * 4
-    return None
+    return notes_build_id(data, ">" if layout.big_endian else "<") if data else None
 
 
 class SymbolTable:

@@ -43,6 +43,7 @@ from .dwarf import Encoded, Function, assemble, encode_functions, encoded, entry
 from .elf import read_elf
 from .elfsyms import executable_sections, function_symbols
 from .errors import FileError, FormatError, SFrameError
+from .files import notes_build_id
 from .modules import Module
 from .section import SFrameSection
 from .symbols import DEBUG_ROOTS
@@ -66,7 +67,6 @@ _SHT_SYMTAB, _SHT_STRTAB = 2, 3
 _SHF_ALLOC = 0x2
 _PT_LOAD, _PT_NOTE, _PT_PHDR = 1, 4, 6
 _ET_REL = 1
-_NT_GNU_BUILD_ID = 3
 _EHDR_SIZE, _PHDR_SIZE, _SHDR_SIZE = 64, 56, 64
 _DEBUG_INFO = (".debug_info", ".zdebug_info")
 
@@ -142,22 +142,6 @@ def _read_at(stream: BinaryIO, offset: int, size: int, limit: int, what: str, pa
     return data
 
 
-def _notes_build_id(data: bytes, endian: str) -> str | None:
-    pos = 0
-    while pos + 12 <= len(data):
-        namesz, descsz, ntype = struct.unpack_from(endian + "III", data, pos)
-        name_at = pos + 12
-        desc_at = name_at + ((namesz + 3) & ~3)
-        end = desc_at + ((descsz + 3) & ~3)
-        if desc_at + descsz > len(data):
-            return None
-        if ntype == _NT_GNU_BUILD_ID and data[name_at:name_at + namesz].rstrip(b"\0") == b"GNU" \
-                and descsz:
-            return data[desc_at:desc_at + descsz].hex()
-        pos = end
-    return None
-
-
 def read_module(path: str) -> ModuleInfo:
     """The headers of ``path`` (a 64-bit ELF file) and its build-id and debuglink.
 
@@ -220,14 +204,14 @@ def read_module(path: str) -> ModuleInfo:
             build_id = None
             for sec in sections:
                 if sec.type == _SHT_NOTE and sec.size <= 1 << 20:
-                    build_id = _notes_build_id(
+                    build_id = notes_build_id(
                         _read_at(stream, sec.offset, sec.size, size, sec.name, path), endian)
                     if build_id:
                         break
             if build_id is None and not sections:
                 for ph in phdrs:
                     if ph[0] == _PT_NOTE and ph[5] <= 1 << 20:
-                        build_id = _notes_build_id(
+                        build_id = notes_build_id(
                             _read_at(stream, ph[2], ph[5], size, "a PT_NOTE segment", path), endian)
                         if build_id:
                             break
