@@ -13,6 +13,13 @@ alignment factors applied), and ``execute`` runs them into rows. We do not use
 RA-signing state, and decodes every row of an FDE into dictionaries we would
 then translate again.
 
+A table does not parse a whole section to answer one PC: where the file has
+``.eh_frame_hdr`` (gcc and clang have the linker write it for every
+dynamically linked file), its binary-search table finds the FDE and
+pyelftools parses that FDE alone (``CallFrameInfo._parse_entry_at``, the
+method its whole-section parse calls for each entry, so the entries are the
+same objects either way).
+
 Only the common DWARF expressions are understood (a register plus an offset,
 optionally loaded; the CFA plus an offset). Anything else makes that row's CFA
 ``None`` or that register ``UNDEFINED``: the unwinder stops there rather than
