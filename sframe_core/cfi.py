@@ -47,7 +47,8 @@ __all__ = [
     "Register", "SameValue", "Undefined", "Restore", "RememberState", "RestoreState",
     "Expression", "AdvanceLoc", "SetLoc", "NegateRaState", "Unsupported", "Op",
     "CIEInfo", "decode_instructions", "execute", "cfa_from_expression", "rule_from_expression",
-    "arch_for_machine", "CFITable", "ROW_CACHE_SIZE",
+    "arch_for_machine", "CFITable", "ROW_CACHE_SIZE", "read_eh_frame_hdr", "BadHdrError",
+    "MAX_OMITTED",
 ]
 
 # FDEs whose rows stay decoded; as for SFrame FREs, a backtrace revisits few
@@ -534,6 +535,9 @@ _ET_REL = 1
 # The one table encoding libgcc's binary search takes (unwind-dw2-fde-dip.c).
 _EH_PE_DATAREL_SDATA4 = 0x3B
 _HDR_VERSION = 1
+# FDEs the table may leave out (parsed when the table is read); more, and
+# the whole section is read instead.
+MAX_OMITTED = 1024
 
 
 def _encoded(data: bytes, pos: int, enc: int, endian: str, address: int, hdr_address: int,
@@ -591,16 +595,20 @@ def _fde_offsets(data: bytes, endian: str) -> list[int]:
 
 
 def read_eh_frame_hdr(hdr: bytes, hdr_address: int, eh_frame: bytes, eh_address: int,
-                      big_endian: bool, wide: bool) -> tuple[list[int], list[int]]:
+                      big_endian: bool, wide: bool) -> tuple[list[int], list[int], list[int]]:
     """``.eh_frame_hdr``'s table as (starts, ``.eh_frame`` offsets), sorted,
-    after checking it against the ``.eh_frame`` it indexes.
+    and the offsets of the FDEs it leaves out, after checking it against the
+    ``.eh_frame`` it indexes.
 
     The checks are what make a lookup through the table give exactly what the
     full read gives: the version and encodings libgcc's binary search takes,
     ``eh_frame_ptr`` naming this ``.eh_frame``, a table that fits, sorted
-    starts, and one entry per FDE of the section (the FDE offsets come from
-    a walk over the entries' length words, which costs microseconds per
-    entry). Each entry's start is checked against its FDE when it is parsed.
+    starts, and entries that are distinct FDEs of the section (the FDE
+    offsets come from a walk over the entries' length words, which costs
+    microseconds per entry). GNU ld lists one FDE per start: the others of
+    that start (functions folded by ``--icf``, 62 of libclang's 49,775) are
+    returned to be parsed at once, up to ``MAX_OMITTED`` of them. Each
+    entry's start is checked against its FDE when it is parsed.
 
     :raises BadHdrError: any check fails (the caller reads ``.eh_frame`` whole).
     """
@@ -624,10 +632,18 @@ def read_eh_frame_hdr(hdr: bytes, hdr_address: int, eh_frame: bytes, eh_address:
     if starts != sorted(starts):
         raise BadHdrError("table not sorted")
     offsets = [hdr_address + fde - eh_address for _, fde in pairs]
-    if sorted(offsets) != _fde_offsets(eh_frame, endian):
-        raise BadHdrError("table does not list each FDE of .eh_frame once")
+    listed = set(offsets)
+    if len(listed) != len(offsets):
+        raise BadHdrError("table lists an FDE twice")
+    fdes = _fde_offsets(eh_frame, endian)
+    strays = listed.difference(fdes)
+    if strays:
+        raise BadHdrError(f"table entry for offset {min(strays):#x} is not an FDE of .eh_frame")
+    omitted = [offset for offset in fdes if offset not in listed]
+    if len(omitted) > MAX_OMITTED:
+        raise BadHdrError(f"table omits {len(omitted)} of the {len(fdes)} FDEs")
     ordered = sorted(zip(starts, offsets, strict=True))
-    return [start for start, _ in ordered], [offset for _, offset in ordered]
+    return [start for start, _ in ordered], [offset for _, offset in ordered], omitted
 
 
 class CFITable:
@@ -730,8 +746,8 @@ class CFITable:
         if hdr_data is None or data is None:
             return None  # compressed: left to pyelftools
         try:
-            starts, offsets = read_eh_frame_hdr(hdr_data, hdr.addr, data, eh.addr,
-                                                layout.big_endian, layout.wide)
+            starts, offsets, omitted = read_eh_frame_hdr(hdr_data, hdr.addr, data, eh.addr,
+                                                         layout.big_endian, layout.wide)
         except BadHdrError as exc:
             self.hdr_problem = str(exc)
             return None
@@ -740,7 +756,17 @@ class CFITable:
 
         structs = DWARFStructs(little_endian=not layout.big_endian, dwarf_format=32,
                                address_size=8 if layout.wide else 4)
-        cfi = CallFrameInfo(BytesIO(data), len(data), eh.addr, structs, for_eh_frame=True)
+        cfi: Any = CallFrameInfo(BytesIO(data), len(data), eh.addr, structs, for_eh_frame=True)
+        if omitted:
+            # Into the index where the full read would have them: by (start, offset).
+            try:
+                found = [(cfi._parse_entry_at(offset).header["initial_location"], offset)
+                         for offset in omitted]
+            except foreign_errors():
+                self.hdr_problem = "an FDE the table leaves out cannot be parsed"
+                return None
+            merged = sorted([*zip(starts, offsets, strict=True), *found])
+            starts, offsets = [start for start, _ in merged], [offset for _, offset in merged]
         return _HdrIndex(starts, offsets, cfi)
 
     def _load(self) -> _Index:
