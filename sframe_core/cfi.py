@@ -754,6 +754,9 @@ class CFITable:
         from elftools.dwarf.callframe import CallFrameInfo
         from elftools.dwarf.structs import DWARFStructs
 
+        if not hasattr(CallFrameInfo, "_parse_entry_at"):
+            self.hdr_problem = "this pyelftools cannot parse one entry alone"
+            return None
         structs = DWARFStructs(little_endian=not layout.big_endian, dwarf_format=32,
                                address_size=8 if layout.wide else 4)
         cfi: Any = CallFrameInfo(BytesIO(data), len(data), eh.addr, structs, for_eh_frame=True)

@@ -26,7 +26,7 @@ BENCHES = {
     "bench_pid": (["--attaches", "3", "--interval", "0.01"], "signals:"),
     "bench_symbols": (["--symbols", "2000"], "command:"),
     "bench_verify": (["--functions", "300", "--repeat", "1"], "bar: under 5 s"),
-    "bench_core_start": (["--runs", "1"], "in-process command"),
+    "bench_core_start": (["--runs", "1"], "target 0.5 s: --core wall"),
     "bench_scale": (["--sizes", "100", "--lldb", "23", "--real", "none"], "frames agree"),
     "bench_saved": ([str(ROOT / "tests" / "fixtures" / "realprogs" / "bzip2" / "busid-v3-Os" / "bzip2")],
                     "us per code byte"),
