@@ -24,6 +24,7 @@ from helpers.oracle import gdb_run, sframe
 
 from sframe_core import cfi
 from sframe_core.cfi import CFITable
+from sframe_core.errors import FormatError
 
 LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")
 LOADER = Path("/lib64/ld-linux-x86-64.so.2")
@@ -215,3 +216,26 @@ def test_backtrace_through_a_lying_header(tmp_path: Path, twin_core: Path, how: 
                  "--source", "eh_frame")
     assert out.stdout == honest.stdout.replace(str(TWIN), str(lying))
     assert " in main+" in honest.stdout and out.stderr == honest.stderr == ""
+
+
+def test_a_corrupt_fde_spoils_its_own_function_only(tmp_path: Path) -> None:
+    """Found through the table, FDEs are parsed one by one, as libgcc parses
+    them: an unknown opcode in one is that function's error (one line,
+    naming the file), and every other function still has its rows."""
+    honest = CFITable(TWIN)
+    fdes = honest._load().fdes
+    bad_ref, good = fdes[1], [ref for ref in fdes if ref is not fdes[1]]
+    data = bytearray(TWIN.read_bytes())
+    with open(TWIN, "rb") as stream:
+        eh_offset = ELFFile(stream).get_section_by_name(".eh_frame")["sh_offset"]
+    at = eh_offset + bad_ref.entry.offset
+    length = struct.unpack_from("<I", data, at)[0]
+    data[at + 4 + length - 1] = 0x3F  # the last instruction byte: no such DW_CFA
+    broken = tmp_path / "deep"
+    broken.write_bytes(bytes(data))
+    table = CFITable(broken)
+    for ref in good:
+        assert table.row_at(ref.start) == honest.row_at(ref.start)
+    with pytest.raises(FormatError, match=rf"^{broken}: \.eh_frame: "):
+        table.row_at(bad_ref.start)
+    assert table._hdr is not None  # still served by the table
