@@ -18,6 +18,7 @@ the way.
 from __future__ import annotations
 
 import importlib
+import re
 import time
 
 import lldb
@@ -30,6 +31,14 @@ __all__ = ["supported", "register", "install", "status", "StopHook"]
 # Survives a re-import of the package (only lldb_plugin/__init__.py is reloaded).
 _ids: dict[object, int] = {}
 _hooked: set[object] = set()
+# Where the hook was added ("dummy", or ("t", target key)) -> its stop-hook id
+# there; a target primed from the dummy target has the dummy's hooks, ids and all.
+_hook_ids: dict[object, int] = {}
+# Targets whose hook starts at the next stop (``_before_connect``).
+_late: set[object] = set()
+# The debugger whose connect commands are overridden (the callback is given
+# only the command's words).
+_debugger: lldb.SBDebugger | None = None
 _said_unsupported = False
 # True while StopHook registers a provider: LLDB 23 runs the provider at
 # once, inside the hook, where it must not read input frames' registers.
@@ -230,8 +239,11 @@ def _say_if_stop_reasons_lost(target: lldb.SBTarget) -> None:
     empty, so the stop report (``* thread #1, stop reason = signal
     SIGTRAP``, frame 0) is not printed. Any stop-hook does it, without the
     plugin too; one that does not run at the first stop does not, but the
-    plugin needs that stop for cores and attaches. So it is said, with the
-    way round it, instead of passing in silence.
+    plugin needs that stop for cores and attaches. ``_before_connect`` keeps
+    the plugin's hook from that stop when ``gdb-remote``/``process connect``
+    connects a target that exists; where none does (the connection makes
+    it, with the dummy target's hook), it is said, with the way round it,
+    instead of passing in silence.
     """
     process = target.GetProcess()
     if not process.IsValid() or process.GetState() != lldb.eStateStopped:
@@ -249,30 +261,92 @@ def _say_if_stop_reasons_lost(target: lldb.SBTarget) -> None:
               "LLDB dropped this stop's reason (its report lacks the thread and frame "
               "lines): LLDB runs stop-hooks at a connection's first stop before reading "
               "the stub's stop reply, and this stub cannot resend it (GNU gdbserver: no "
-              "qThreadStopInfo); 'target stop-hook disable' before 'gdb-remote' and 'target "
-              "stop-hook enable' after it avoid that (the plugin's hook then starts at the "
-              "next stop)")
+              "qThreadStopInfo); 'target create PROGRAM' before 'gdb-remote' avoids that "
+              "(the plugin's hook then starts at the next stop)")
 
 
 def _add_stop_hook(debugger: lldb.SBDebugger, target: lldb.SBTarget | None,
-                   key: object = None) -> None:
-    """Add the hook to ``target`` (selected), or to the dummy target when None."""
+                   key: object = None, *, at_initial_stop: bool = True,
+                   replace: int | None = None) -> None:
+    """Add the hook to ``target`` (selected), or to the dummy target when None.
+
+    ``at_initial_stop=False``: the hook does not run at the first stop of the
+    process (``-I false``); ``replace``: the id of the hook it replaces there.
+    """
     if key is None:
         key = "dummy" if target is None else ("t", target_key(target))
-    if key in _hooked:
+    if key in _hooked and replace is None:
         return
     result = lldb.SBCommandReturnObject()
     interp = debugger.GetCommandInterpreter()
     previous = debugger.GetSelectedTarget()
     if target is not None:
         debugger.SetSelectedTarget(target)
-    interp.HandleCommand(f"target stop-hook add -P {__name__}.StopHook", result)
+    if replace is not None:
+        interp.HandleCommand(f"target stop-hook delete {replace}", lldb.SBCommandReturnObject())
+    initial = "" if at_initial_stop else "-I false "
+    interp.HandleCommand(f"target stop-hook add {initial}-P {__name__}.StopHook", result)
     if target is not None and previous.IsValid():
         debugger.SetSelectedTarget(previous)
     if result.Succeeded():
         _hooked.add(key)
+        found = re.search(r"#(\d+)", result.GetOutput() or "")
+        if found:
+            _hook_ids[key] = int(found.group(1))
     else:
         warn(f"could not add the stop-hook: {(result.GetError() or '').strip()}")
+
+
+def _before_connect(*argv: str) -> bool:
+    """``gdb-remote`` / ``process connect`` is about to connect the selected target.
+
+    LLDB runs the stop-hooks that run at a process's initial stop, at a
+    connection's first stop, before it has applied the stub's stop reply,
+    and asks each thread's stop reason then: a stub that cannot resend it
+    (GNU gdbserver: no ``qThreadStopInfo``) leaves none, and LLDB's stop
+    report (``* thread #1, stop reason = signal SIGTRAP``, frame 0) is not
+    printed (without the plugin too, with any such hook). So here, before the
+    connection, the plugin does for this target what its hook would do at
+    that stop (the native route for the modules the target has, and the
+    provider, which must be registered before a remote process exists), and
+    its hook on the target becomes one that starts at the next stop
+    (``-I false``). Returns False: LLDB then runs the command as always.
+    """
+    try:
+        debugger = _debugger
+        target = debugger.GetSelectedTarget() if debugger is not None else None
+        if target is None or not target.IsValid():
+            return False  # no target yet: the one the connection makes has the dummy's hook
+        process = target.GetProcess()
+        if process.IsValid() and process.GetState() not in (
+                lldb.eStateInvalid, lldb.eStateUnloaded, lldb.eStateExited,
+                lldb.eStateDetached):
+            return False  # connected already: LLDB refuses the command
+        key = ("t", target_key(target))
+        hook = _hook_ids.get(key, _hook_ids.get("dummy"))
+        if key not in _late and hook is not None:
+            _add_stop_hook(debugger, target, key, at_initial_stop=False, replace=hook)
+            _late.add(key)
+        symfiles.route_target(debugger, target)
+        if target_key(target) not in _ids and _provider_wanted(target):
+            register(target)
+    except Exception as exc:  # noqa: BLE001 - one line; the command runs as always
+        warn(f"before {' '.join(argv) or 'connecting'}: {type(exc).__name__}: {exc}")
+    return False
+
+
+def _override_connect(debugger: lldb.SBDebugger) -> None:
+    """Run ``_before_connect`` ahead of ``gdb-remote`` and ``process connect``
+    (``SBCommandInterpreter.SetCommandOverrideCallback``, LLDB 21+), once."""
+    global _debugger
+    if _debugger is not None:
+        return
+    interp = debugger.GetCommandInterpreter()
+    if not hasattr(interp, "SetCommandOverrideCallback"):
+        return
+    for command in ("gdb-remote", "process connect"):
+        interp.SetCommandOverrideCallback(command, _before_connect)
+    _debugger = debugger
 
 
 def _provider_wanted(target: lldb.SBTarget) -> bool:
@@ -289,6 +363,7 @@ def install(debugger: lldb.SBDebugger) -> None:
     """Route (and, where needed, register on) every existing target; arrange it for later ones."""
     if symfiles.enabled():
         locate.install(debugger.GetSelectedPlatform())
+    _override_connect(debugger)
     count = debugger.GetNumTargets()
     if count == 0:
         _add_stop_hook(debugger, None)

@@ -40,7 +40,7 @@ from .rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
 from .section import SFrameSection
 
 __all__ = ["CALLEE_SAVED", "MAX_BLOCKS", "debug_frame", "encode_rows", "Function",
-           "functions", "entry_function", "encode_functions", "Encoded", "encoded", "assemble"]
+           "functions", "entry_function", "encode_functions", "Encoded", "encoded", "assemble", "eh_frame"]
 
 # Registers the psABI makes callee-saved (DWARF numbers), besides the FP and
 # RA columns that every row gives a rule for.
@@ -369,8 +369,47 @@ def encoded(funcs: Iterable[Function], arch: Arch) -> Iterator[Encoded]:
 def assemble(items: Iterable[Encoded], arch: Arch, *, offset: int = 0) -> bytes:
     """The ``.debug_frame`` bytes of ``items`` in order, each CIE written before
     the first FDE that needs it (``offset`` as in ``encode_functions``)."""
+    return _layout(items, arch, offset=offset, eh_address=None)
+
+
+def eh_frame(funcs: Iterable[Function], arch: Arch, address: int = 0) -> bytes:
+    """An ``.eh_frame`` section at file address ``address`` holding ``funcs``.
+
+    For LLDB, which unwinds a pc outside every function symbol (an
+    expression's return address, the entry point) from ``.eh_frame`` alone,
+    never ``.debug_frame``. As gas writes it: CIEs with augmentation ``zR``
+    and pc-relative ``sdata4`` addresses (``sdata8`` when one does not fit),
+    entries padded to 8 bytes, a zero terminator. Same rows and programs as
+    ``.debug_frame`` (``encode_rows``).
+    """
+    items = list(encoded(funcs, arch))
+    return _layout(items, arch, offset=0, eh_address=address) + bytes(4)
+
+
+_PE_PCREL_SDATA4, _PE_PCREL_SDATA8 = 0x1B, 0x1C  # DW_EH_PE_pcrel | sdata4, sdata8
+
+
+def _layout(items: Iterable[Encoded], arch: Arch, *, offset: int,
+            eh_address: int | None) -> bytes:
+    """``.debug_frame`` (``eh_address`` None) or ``.eh_frame`` entries for ``items``.
+
+    The two differ only in their framing: a CIE id of 0xffffffff or 0, an
+    FDE's CIE pointer as a section offset or as the distance back to its
+    CIE, absolute 8-byte addresses or pc-relative ones (``zR``)."""
     endian = ">" if arch.big_endian else "<"
     u32, u64 = struct.Struct(endian + "I"), struct.Struct(endian + "Q")
+    eh = eh_address is not None
+    base = eh_address or 0
+    encoding = _PE_PCREL_SDATA4
+    if eh:
+        items = list(items)
+        # pc_begin is relative to its own place (at most the section's size
+        # past its address); pc_range is a plain sdata4 too.
+        reach = 1 << 31
+        if any(not -reach < item.start - base < reach - (1 << 24)
+               or item.end - item.start >= reach for item in items):
+            encoding = _PE_PCREL_SDATA8
+    address = struct.Struct(endian + ("i" if encoding == _PE_PCREL_SDATA4 else "q"))
     out = bytearray()
     cies: dict[tuple[bool, bool], int] = {}
 
@@ -383,12 +422,17 @@ def assemble(items: Iterable[Encoded], arch: Arch, *, offset: int = 0) -> bytes:
     def cie_for(signal: bool, b_key: bool) -> int:
         key = (signal, b_key)
         if key not in cies:
-            augmentation = b"z" + (b"S" if signal else b"") + (b"B" if b_key else b"") \
-                if signal or b_key else b""
-            body = bytearray(u32.pack(0xFFFFFFFF))
+            flags = (b"S" if signal else b"") + (b"B" if b_key else b"")
+            if eh:
+                augmentation = b"zR" + flags
+            else:
+                augmentation = b"z" + flags if flags else b""
+            body = bytearray(u32.pack(0 if eh else 0xFFFFFFFF))
             body += bytes([1]) + augmentation + b"\0" + _uleb(_CODE_ALIGN) + _sleb(_DATA_ALIGN)
             body.append(arch.ra)
-            if augmentation:
+            if eh:
+                body += _uleb(1) + bytes([encoding])
+            elif augmentation:
                 body += _uleb(0)  # no augmentation data
             body += _cie_program(arch)
             cies[key] = offset + len(out)
@@ -397,9 +441,15 @@ def assemble(items: Iterable[Encoded], arch: Arch, *, offset: int = 0) -> bytes:
 
     for item in items:
         cie = cie_for(item.signal, item.b_key)
-        body = bytearray(u32.pack(cie) + u64.pack(item.start) + u64.pack(item.end - item.start))
-        if item.signal or item.b_key:
-            body += _uleb(0)
+        here = offset + len(out) + 4  # where this FDE's CIE pointer is
+        if eh:
+            body = bytearray(u32.pack(here - cie))
+            body += address.pack(item.start - (base + here + 4))
+            body += address.pack(item.end - item.start) + _uleb(0)
+        else:
+            body = bytearray(u32.pack(cie) + u64.pack(item.start) + u64.pack(item.end - item.start))
+            if item.signal or item.b_key:
+                body += _uleb(0)
         body += item.program
         out.extend(pad(body))
     return bytes(out)

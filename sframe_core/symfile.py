@@ -39,8 +39,8 @@ from typing import BinaryIO, NamedTuple
 
 from . import symcache
 from .abi import AMD64
-from .dwarf import Encoded, Function, assemble, encode_functions, encoded, entry_function, functions
-from .elf import read_elf
+from .dwarf import Encoded, Function, assemble, eh_frame, encode_functions, encoded, entry_function, functions
+from .elf import ElfSFrame, read_elf
 from .elfsyms import executable_sections, function_symbols
 from .errors import FileError, FormatError, SFrameError
 from .files import notes_build_id
@@ -59,8 +59,9 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_sy
 # restores to the FDE's first row, not the CIE); 7: no DW_CFA_val_offset
 # (LLDB misreads it: s390x's caller SP); 8: amd64 computed gotos and
 # traced-back table bases (more register rules); 9: a header whose fixed RA
-# or FP offset is not its ABI's is an error, not rows.
-GENERATOR = 9
+# or FP offset is not its ABI's is an error, not rows; 10: LLDB's file carries
+# an .eh_frame with the entry function's FDE (``_entry_eh_frame``).
+GENERATOR = 10
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3
@@ -294,11 +295,12 @@ def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
+def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frames: _Frames,
            debuglink: bytes | None = None, symbols: bool = True) -> None:
     """Write the symbol file: ``base``'s sections (the module, or its debug file)
-    as ``objcopy --only-keep-debug`` keeps them, plus ``frame`` as ``.debug_frame``
-    (and ``debuglink`` as ``.gnu_debuglink``, see ``_debuglink``).
+    as ``objcopy --only-keep-debug`` keeps them, plus ``frames`` as ``.debug_frame``
+    and (when there is one) a non-allocated ``.eh_frame`` at address 0, and
+    ``debuglink`` as ``.gnu_debuglink`` (see ``_debuglink``).
 
     The ELF and program headers are the module's, so the file describes the
     same layout; segments hold no bytes except notes.
@@ -337,7 +339,10 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
             sections.append(_Section(name, _SHT_PROGBITS, 0, 0, 0, 0, 0, 0, align, 0, len(names)))
             names += name.encode() + b"\0"
         else:
-            sections[index] = sections[index]._replace(type=_SHT_PROGBITS, flags=0, align=align)
+            # Address 0 as well: an .eh_frame's pc-relative addresses are
+            # relative to the address it is written for.
+            sections[index] = sections[index]._replace(type=_SHT_PROGBITS, flags=0, align=align,
+                                                       addr=0)
         own[index] = data
 
     if not symbols:
@@ -347,9 +352,11 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frame: bytes,
         sections = [sec._replace(type=_SHT_NOBITS)
                     if sec.name.startswith((".debug_", ".zdebug_")) and sec.type != _SHT_NOBITS
                     else sec for sec in sections]
-    provide(".debug_frame", frame, 8)
+    provide(".debug_frame", frames.debug, 8)
+    if frames.eh:
+        provide(".eh_frame", frames.eh, 8)
     if symbols and base.section(".symtab") is None and base.section(".debug_info") is None:
-        _provide_function_symbols(sections, frame, module.big_endian, provide)
+        _provide_function_symbols(sections, frames.debug, module.big_endian, provide)
     if debuglink is not None:
         provide(".gnu_debuglink", debuglink, 4)
     own[shstrndx] = names
@@ -552,8 +559,16 @@ def _covers(ranges: list[tuple[int, int]], starts: list[int], address: int) -> b
     return any(lo <= address < hi for lo, hi in ranges[max(pos - 8, 0):pos + 1])
 
 
-def _frame(plan: _Plan, jobs: int = 1) -> bytes:
-    """The symbol file's ``.debug_frame``: the SFrame functions as FDEs.
+class _Frames(NamedTuple):
+    """The CFI a symbol file carries."""
+
+    debug: bytes  # .debug_frame
+    eh: bytes = b""  # .eh_frame at address 0 (``_entry_eh_frame``), or none
+
+
+def _frame(plan: _Plan, jobs: int = 1) -> _Frames:
+    """The symbol file's ``.debug_frame``: the SFrame functions as FDEs (and
+    its ``.eh_frame``: ``_entry_eh_frame``).
 
     A compiler's own ``.debug_frame`` (``-g -fno-asynchronous-unwind-tables``,
     in the module or its debug file) knows more than SFrame (callee-saved
@@ -580,16 +595,44 @@ def _frame(plan: _Plan, jobs: int = 1) -> bytes:
             if span is not None:
                 extra.append(entry_function(*span))
         arch = section.arch
+        eh = _entry_eh_frame(plan, info, section, extra)
         if jobs > 1 and section.num_fdes >= PARALLEL_MIN_FDES:
             items = _parallel(path, section, covered, jobs)
             items.extend(encoded(_uncovered(extra, covered), arch))
-            return existing + assemble(items, arch, offset=len(existing))
+            return _Frames(existing + assemble(items, arch, offset=len(existing)), eh)
         funcs = _uncovered(itertools.chain(functions(section), extra), covered)
-        return existing + encode_functions(funcs, arch, offset=len(existing))
+        return _Frames(existing + encode_functions(funcs, arch, offset=len(existing)), eh)
     except FormatError as exc:
         text = str(exc)
         raise FormatError(text if text.startswith(f"{path}:") else f"{path}: .sframe: {text}"
                           ) from None
+
+
+def _entry_eh_frame(plan: _Plan, info: ElfSFrame, section: SFrameSection,
+                    extra: list[Function]) -> bytes:
+    """LLDB's file: an ``.eh_frame`` with the FDE of the function at ``e_entry``.
+
+    LLDB unwinds a frame whose pc no symbol covers with ``.eh_frame`` alone
+    (``RegisterContextUnwind``: no function, no ``.debug_frame``). An
+    expression call (``expr -i false -- f(2)``) returns to the entry point,
+    whose pc - 1 is before ``_start``: without this, a ``bt`` stopped inside
+    the call ended at ``$__lldb_expr``, where LLDB on the ``.eh_frame`` twin
+    shows the frame at the entry point. The FDE is the SFrame one covering
+    ``e_entry``, else amd64's FDE-less ``_start`` (``extra``). Only where the
+    module has no ``.eh_frame`` of its own (one in ours could stand in for
+    it), and not in gdb's file, which needs none.
+    """
+    if not plan.symbols or info.has_eh_frame or not info.entry \
+            or info.elf_type not in ("ET_EXEC", "ET_DYN"):
+        return b""
+    fde = section.find_fde(info.entry)
+    funcs = extra
+    if fde is not None:
+        funcs = [f for f in functions(section, fdes=range(fde.index, fde.index + 1))
+                 if f.start <= info.entry < f.end]
+    if not funcs:
+        return b""
+    return eh_frame(funcs, section.arch)
 
 
 def _uncovered(funcs: Iterable[Function], covered: list[tuple[int, int]]) -> Iterable[Function]:
@@ -678,7 +721,7 @@ def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
     return items
 
 
-def _write_atomically(target: str, plan: _Plan, frame: bytes) -> None:
+def _write_atomically(target: str, plan: _Plan, frame: _Frames) -> None:
     """Write to a temporary file beside ``target``, then rename it into place."""
     directory = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=".sframe-tmp-", suffix=".debug", dir=directory)

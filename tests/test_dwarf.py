@@ -39,7 +39,7 @@ from sframe_core import symfile
 from sframe_core.abi import AARCH64_LE, AMD64, S390X, Arch
 from sframe_core.cfi import CFITable
 from sframe_core.cli import main
-from sframe_core.dwarf import Function, debug_frame, encode_functions
+from sframe_core.dwarf import Function, debug_frame, eh_frame, encode_functions
 from sframe_core.elf import read_elf
 from sframe_core.errors import FileError, FormatError, SFrameError
 from sframe_core.rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
@@ -57,11 +57,13 @@ def _key(row: Row, arch: Arch) -> tuple[object, ...]:
             regs, row.ra_signed, row.signal)
 
 
-def _elf_with_debug_frame(path: Path, data: bytes, arch: Arch) -> None:
-    """A minimal ELF file holding only ``data`` as ``.debug_frame`` (for hand-built rows)."""
+def _elf_with_debug_frame(path: Path, data: bytes, arch: Arch, name: str = ".debug_frame"
+                          ) -> None:
+    """A minimal ELF file holding only ``data`` as ``.debug_frame`` (for hand-built rows),
+    or as ``name`` (``.eh_frame``, at address 0)."""
     e = ">" if arch.big_endian else "<"
     machine = {AMD64.abi_id: 62, AARCH64_LE.abi_id: 183, S390X.abi_id: 22}[arch.abi_id]
-    names = b"\0.debug_frame\0.shstrtab\0"
+    names = b"\0" + name.encode() + b"\0.shstrtab\0"
     frame_at = 64
     names_at = frame_at + len(data)
     shoff = (names_at + len(names) + 7) & ~7
@@ -70,7 +72,8 @@ def _elf_with_debug_frame(path: Path, data: bytes, arch: Arch) -> None:
                                  64, 3, 2)
     shdrs = bytes(64)
     shdrs += struct.pack(e + "IIQQQQIIQQ", 1, 1, 0, 0, frame_at, len(data), 0, 0, 8, 0)
-    shdrs += struct.pack(e + "IIQQQQIIQQ", 14, 3, 0, 0, names_at, len(names), 0, 0, 1, 0)
+    shdrs += struct.pack(e + "IIQQQQIIQQ", len(name) + 2, 3, 0, 0, names_at, len(names), 0, 0,
+                         1, 0)
     blob = header + data + names
     path.write_bytes(blob + bytes(shoff - len(blob)) + shdrs)
 
@@ -115,8 +118,11 @@ def test_round_trip(entry: Entry | None, tmp_path: Path) -> None:
         elf = ELFFile(stream)
         frame = elf.get_section_by_name(".debug_frame")
         assert frame is not None and frame["sh_type"] == "SHT_PROGBITS"
-    extra = [r for r in _all_fde_ranges(table) if not any(s <= r[0] < e for s, e in covered)]
-    if arch is AMD64 and entry is not None and entry["kind"] in ("exe", "pie"):
+    refs = table._load().fdes
+    extra = [(r.start, r.end) for r in refs
+             if r.source == "debug_frame" and not any(s <= r.start < e for s, e in covered)]
+    executable = entry is not None and entry["kind"] in ("exe", "pie")
+    if arch is AMD64 and executable:
         assert len(extra) == 1, extra
         start, end = extra[0]
         assert start == info.entry and 0 < end - start <= 64
@@ -124,11 +130,14 @@ def test_round_trip(entry: Entry | None, tmp_path: Path) -> None:
         assert row is not None and row.outermost and row.ra == UNDEFINED
     else:
         assert extra == []
-
-
-def _all_fde_ranges(table: CFITable) -> list[tuple[int, int]]:
-    index = table._load()
-    return [(ref.start, ref.end) for ref in index.fdes]
+    # LLDB's .eh_frame (the rows above were read from it where it covers a
+    # PC): the FDE at the entry point, only where the module has no .eh_frame.
+    eh = [(r.start, r.end) for r in refs if r.source == "eh_frame"]
+    at_entry = [(s, e) for s, e in covered + extra if s <= info.entry < e]
+    if executable and not info.has_eh_frame and at_entry:
+        assert eh == at_entry[:1], (eh, at_entry)
+    else:
+        assert eh == []
 
 
 @pytest.mark.parametrize("entry", manifest_params(lambda e: e["kind"] == "obj"))
@@ -304,6 +313,65 @@ def test_signal_and_pac(tmp_path: Path) -> None:
                                    False)], AMD64)
 
 
+@pytest.mark.parametrize("start", [0x1000, 1 << 40], ids=["sdata4", "sdata8"])
+def test_eh_frame(start: int, tmp_path: Path) -> None:
+    """``.eh_frame`` as gas writes it (CIE id 0, ``zR``, pc-relative FDE
+    addresses, a zero terminator; ``zRS`` for a signal frame), read back to
+    the same rows by ``sframe_core.cfi`` (pyelftools) and decoded by readelf.
+    An address 4 GiB or more away from the section gets pc-relative sdata8."""
+    arch = AMD64
+    plain = _rows(arch, (start, CFARule(arch.sp, 8), Rule(CFA_AT, -8), SAME),
+                  (start + 4, CFARule(arch.sp, 16), Rule(CFA_AT, -8), Rule(CFA_AT, -16)),
+                  end=start + 0x20)
+    signal = _rows(arch, (start + 0x40, CFARule(arch.sp, 160), Rule(CFA_AT, -8), SAME),
+                   end=start + 0x50, signal=True)
+    funcs = [Function(start, start + 0x20, plain, False, False),
+             Function(start + 0x40, start + 0x50, signal, True, False)]
+    data = eh_frame(funcs, arch)
+    assert data.endswith(bytes(4)) and data.count(b"\x01zR\x00") == 1
+    assert data.count(b"\x01zRS\x00") == 1
+    out = tmp_path / "eh.elf"
+    _elf_with_debug_frame(out, data, arch, ".eh_frame")
+    table = CFITable(str(out))
+    assert [(r.start, r.end, r.source) for r in table._load().fdes] == [
+        (start, start + 0x20, "eh_frame"), (start + 0x40, start + 0x50, "eh_frame")]
+    for row in plain + signal:
+        back = table.row_at(row.start)
+        assert back is not None and _key(back, arch) == _key(row, arch), (row, back)
+    readelf = shutil.which("readelf")
+    assert readelf, "binutils readelf is needed (scripts/setup.sh installs binutils)"
+    res = subprocess.run([readelf, "--debug-dump=frames", str(out)], capture_output=True,
+                         text=True)
+    assert res.returncode == 0 and "Warning" not in res.stderr, res.stderr
+    encoding = "1b" if start < 1 << 31 else "1c"
+    assert res.stdout.count(f"Augmentation data:     {encoding}") == 2, res.stdout
+    assert f"pc={start:016x}..{start + 0x20:016x}" in res.stdout, res.stdout
+    assert "ZERO terminator" in res.stdout
+
+
+def test_eh_frame_only_in_lldbs_symbol_file(tmp_path: Path) -> None:
+    """The entry function's FDE goes into an ``.eh_frame`` of LLDB's symbol
+    file (``function_symbols=True``) of a module without ``.eh_frame``; gdb's
+    file and the twin's (which has its own ``.eh_frame``) carry none."""
+    noeh = _fixture("x86_64", "busid-v3", "deep.noeh")
+    twin = _fixture("x86_64", "busid-v3", "deep")
+    entry = read_elf(noeh).entry
+
+    def eh_fdes(module: Path, symbols: bool) -> list[tuple[int, int]] | None:
+        made = symfile.symbol_file_for(str(module), cache=str(tmp_path / "cache"),
+                                       function_symbols=symbols)
+        with open(made.path, "rb") as stream:
+            section = ELFFile(stream).get_section_by_name(".eh_frame")
+            if section is None or section["sh_type"] == "SHT_NOBITS":
+                return None  # the twin's own, allocated: only its header is copied
+        return [(r.start, r.end) for r in CFITable(made.path)._load().fdes
+                if r.source == "eh_frame"]
+
+    assert eh_fdes(noeh, True) == [(entry, entry + 64)]
+    assert eh_fdes(noeh, False) is None
+    assert eh_fdes(twin, True) is None
+
+
 def test_corrupt_pcmask_is_bounded() -> None:
     """A PC-mask FDE claiming millions of blocks is an error, not millions of FDEs."""
     from sframe_core.format import FDE
@@ -360,12 +428,15 @@ def test_symbol_file_layout(parts: tuple[str, ...], tmp_path: Path) -> None:
     assert made.build_id and symfile.read_module(str(out)).build_id == made.build_id
     before, after = _sections(module), _sections(out)
     added = [(name, stype) for name, stype, *_ in after[len(before):]]
+    frames = [(".debug_frame", "SHT_PROGBITS")]
+    if parts == ("x86_64", "busid-v3", "deep.noeh"):
+        # For LLDB, the entry function's FDE (amd64's FDE-less _start) in .eh_frame.
+        frames.append((".eh_frame", "SHT_PROGBITS"))
     if any(name == ".symtab" for name, *_ in before):
-        assert added == [(".debug_frame", "SHT_PROGBITS")]
+        assert added == frames
     else:
         # A stripped module: function symbols for LLDB (sframe_core/elfsyms.py).
-        assert added == [(".debug_frame", "SHT_PROGBITS"), (".strtab", "SHT_STRTAB"),
-                         (".symtab", "SHT_SYMTAB")]
+        assert added == [*frames, (".strtab", "SHT_STRTAB"), (".symtab", "SHT_SYMTAB")]
     with open(module, "rb") as stream:
         flags = [s["sh_flags"] for s in ELFFile(stream).iter_sections()]
     for (name, stype, addr, size, link), new, flag in zip(before, after, flags, strict=False):
@@ -393,7 +464,7 @@ def test_symbol_file_without_section_headers(tmp_path: Path) -> None:
     assert made.build_id == symfile.read_module(str(source)).build_id
     assert symfile.read_module(str(out)).build_id == made.build_id
     assert [name for name, *_ in _sections(out)] == ["", ".note", ".note", ".note", ".shstrtab",
-                                                    ".debug_frame"]
+                                                    ".debug_frame", ".eh_frame"]
     section = read_elf(source).open()
     assert section is not None
     table = CFITable(str(out))

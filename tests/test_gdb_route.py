@@ -297,3 +297,64 @@ def test_mi_non_stop(gdb_path: str, sessions: Path) -> None:
     _no_python_errors(ours)
     assert ours == twin
     assert '^done,depth="4"' in twin, twin
+
+
+# -- gcc's hot/cold partitions (-freorder-blocks-and-partition, on at -O2) ---------
+
+DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo.c"
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/demo.c with stop_here cold, built as distributions build (-O2, so
+    gcc moves parse_record's call of stop_here into ``parse_record.cold``), as
+    ``twin/cold`` and ``noeh/cold``."""
+    for tool in ("gcc", "objcopy", "nm"):
+        if shutil.which(tool) is None:
+            raise AssertionError(f"{tool} is needed (scripts/setup.sh installs it)")
+    root = tmp_path_factory.mktemp("cold")
+    (root / "twin").mkdir()
+    (root / "noeh").mkdir()
+    text = DEMO.read_text()
+    marked = text.replace("__attribute__((noinline)) void stop_here",
+                          "__attribute__((noinline, cold)) void stop_here")
+    assert marked != text
+    (root / "cold.c").write_text(marked)
+    subprocess.run(["gcc", "-O2", "-g", "-fomit-frame-pointer", "-Wa,--gsframe",
+                    "-fno-use-linker-plugin", "-o", str(root / "twin" / "cold"),
+                    str(root / "cold.c")], check=True)
+    subprocess.run(["objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr",
+                    str(root / "twin" / "cold"), str(root / "noeh" / "cold")], check=True)
+    symbols = subprocess.run(["nm", str(root / "twin" / "cold")], capture_output=True,
+                             text=True, check=True).stdout
+    assert re.search(r" t parse_record\.cold$", symbols, re.M), symbols
+    return root
+
+
+def _registers(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^(\w+)\s+(0x[0-9a-f]+|<not saved>)", text, re.M))
+
+
+def test_cold_partition_registers_unavailable_never_wrong(gdb_path: str, cold: Path) -> None:
+    """Stopped in stop_here, called from ``parse_record.cold``: the backtrace
+    is the twin's, and in read_records' frame the registers parse_record saved
+    (rbx, r12, r13, in its hot part's prologue) are ``<not saved>``, never
+    another value. Today's behaviour, pinned: ``saved.py`` knows nothing of a
+    part whose FDE does not start at a function entry (the twin's CFI has the
+    hot part's saves in its cold FDE). rbp, which SFrame's rows carry, is the
+    twin's."""
+    commands = ["break stop_here", "run", "bt", "frame 2", "info registers rbx rbp r12 r13"]
+    outs = {}
+    for which in ("twin", "noeh"):
+        with Gdb(gdb_path, plugin=which == "noeh", cwd=str(cold), args=[f"{which}/cold"]) as g:
+            outs[which] = [_normal(g.cmd(c).replace("noeh/cold", "twin/cold")) for c in commands]
+        _no_python_errors("\n".join(outs[which]))
+    twin, ours = outs["twin"], outs["noeh"]
+    frames = parse_bt(twin[2])
+    assert [f.name for f in frames] == ["stop_here", "parse_record", "read_records",
+                                        "load_config", "main"], twin[2]
+    assert [(f.pc, f.name) for f in parse_bt(ours[2])] == [(f.pc, f.name) for f in frames]
+    want, got = _registers(twin[4]), _registers(ours[4])
+    assert list(want) == ["rbx", "rbp", "r12", "r13"] and "<not saved>" not in want.values()
+    assert got == {**want, "rbx": "<not saved>", "r12": "<not saved>", "r13": "<not saved>"}, \
+        f"{ours[4]}\n--- twin:\n{twin[4]}"
