@@ -130,11 +130,13 @@ class Session:
 
     PROMPT = r"\(lldb\) "
 
-    def __init__(self, version: str, *, plugin: bool = True, timeout: int = 60) -> None:
-        env = dict(os.environ)
-        env.pop("VIRTUAL_ENV", None)
-        env["TERM"] = "dumb"
-        env.setdefault("SFRAME_LLDB_SYMBOL_FILES", "foreground")  # as run_lldb
+    def __init__(self, version: str, *, plugin: bool = True, timeout: int = 60,
+                 env: dict[str, str] | None = None) -> None:
+        base = dict(os.environ)
+        base.pop("VIRTUAL_ENV", None)
+        base["TERM"] = "dumb"
+        base.setdefault("SFRAME_LLDB_SYMBOL_FILES", "foreground")  # as run_lldb
+        env = {**base, **(env or {})}
         self.child = pexpect.spawn(str(lldb_path(version)), ["--no-lldbinit", "--no-use-colors"],
                                    env=env, encoding="utf-8", timeout=timeout, cwd=str(ROOT),
                                    dimensions=(200, 400))
