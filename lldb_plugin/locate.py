@@ -12,6 +12,11 @@ with no listener thread racing the next command. Observed: LLDB 23.1.0 asks
 for the executable at ``target create`` and for every library; 21.1.7 and
 22.1.0 ask for libraries only (the executable keeps the stop-hook's add).
 
+It answers from the cache, or makes the file at once for a small module;
+a large module's file is left to a worker (``symfiles.start_job``) and LLDB
+goes on with the module alone, which the frame provider serves until the
+file is ready (``symfiles``: PENDING).
+
 The callback makes no SB call but on the specs it is given (LLDB holds its
 module locks while it runs, and calls it from several threads at once while
 it loads libraries in parallel), and never raises: anything it cannot serve
