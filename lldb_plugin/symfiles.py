@@ -88,9 +88,16 @@ def enabled() -> bool:
     return os.environ.get(ENV, "auto").strip().lower() != "provider"
 
 
-# realpath of a module -> the worker making its symbol file (one per module
-# and session, whichever target or callback asked first).
-_jobs: dict[str, Job] = {}
+# (realpath, size, mtime) of a module -> the worker making its symbol file
+# (one per build of a module and session, whichever target or callback asked
+# first; a rebuild at the same path is another module, with its own worker).
+_jobs: dict[tuple[str, int, int], Job] = {}
+
+
+def _job_key(path: str) -> tuple[str, int, int]:
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return (real, st.st_size, st.st_mtime_ns)
 
 
 def start_job(path: str) -> Job:
@@ -99,11 +106,18 @@ def start_job(path: str) -> Job:
     Makes no SB call (the locate-module callback starts it too): the result
     is only stored by the worker's thread, and taken at a stop.
     """
-    key = os.path.realpath(path)
+    key = _job_key(path)
     job = _jobs.get(key)
     if job is None:
-        job = _jobs[key] = Job(key, lambda result: None)
+        job = _jobs[key] = Job(key[0], lambda result: None)
     return job
+
+
+def _job_for(path: str) -> Job | None:
+    try:
+        return _jobs.get(_job_key(path))
+    except OSError:
+        return None
 
 
 def in_background(path: str) -> bool:
@@ -259,7 +273,7 @@ def _now_or_later(target: lldb.SBTarget, path: str) -> str | None:
         if cached.warning:
             warn_once(("symfile-warning", cached.warning), cached.warning)
         return cached.path
-    job = _jobs.get(os.path.realpath(path))  # started by the locate-module callback?
+    job = _job_for(path)  # started by the locate-module callback?
     serves = _provider_serves(target)
     if job is None:
         if not serves or not in_background(path):
@@ -274,7 +288,7 @@ def _pending(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBMo
              old: Route) -> Route:
     """A pending module at a later stop: its file added, or still the provider's."""
     path = module.GetFileSpec().fullpath or ""
-    job = _jobs.get(os.path.realpath(path))
+    job = _job_for(path)
     result = job.result if job is not None else None
     if result is None:
         return old
