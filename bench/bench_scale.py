@@ -192,14 +192,18 @@ def cache_hit(noeh: Path, cache: Path) -> float:
 
 
 def lldb_first_bt(version: str, binary: Path, stop: str, args: list[str], *, plugin: bool,
-                  cache: Path | None) -> tuple[float, int]:
+                  cache: Path | None) -> Run:
     """(seconds from starting LLDB to the end of the first ``bt``, frames)."""
     from bench.bench_lldb import session_with
     from tests.helpers.lldbtools import parse_bt
 
+    # The plugin's default (a large module's symbol file made by a worker while
+    # the frame provider serves), not the test harness's "foreground".
+    env = {"SFRAME_LLDB_SYMBOL_FILES": "auto"}
+    if cache is not None:
+        env["XDG_CACHE_HOME"] = str(cache)
     start = time.perf_counter()
-    session = session_with(version, plugin=plugin, timeout=1800,
-                           env={"XDG_CACHE_HOME": str(cache)} if cache is not None else None)
+    session = session_with(version, plugin=plugin, timeout=1800, env=env)
     try:
         session.cmd("settings set show-statusline false")
         session.cmd(f"target create {binary}")
@@ -210,13 +214,35 @@ def lldb_first_bt(version: str, binary: Path, stop: str, args: list[str], *, plu
         if plugin and "not a valid command" in session.cmd("sframe status"):
             raise SystemExit(f"lldb-{version}: the plugin did not load (is the checkout's .venv "
                              "there, or VIRTUAL_ENV set?)")
-        return elapsed, len(frames)
+        return elapsed, tuple((f.pc, f.name) for f in frames)
     finally:
         session.close()
+        if cache is not None:
+            _wait_for_workers(binary)
+
+
+def _wait_for_workers(binary: Path, timeout: float = 1800) -> None:
+    """Wait until no symbol file worker for ``binary`` runs any more: a
+    session's worker outlives it (its file is the next session's), and would
+    load the machine while the next variant is timed."""
+    needle = f"sframe_core.symjobs\0{os.path.realpath(binary)}".encode()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = False
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as stream:
+                        running |= needle in stream.read()
+                except OSError:
+                    continue
+        if not running:
+            return
+        time.sleep(0.2)
 
 
 def gdb_first_bt(gdb: str, binary: Path, stop: str, args: list[str], plugin: bool = False,
-                 cache: Path | None = None) -> tuple[float, int]:
+                 cache: Path | None = None) -> Run:
     """(seconds from starting gdb to the end of its first ``bt``, frames); with
     ``plugin``, ``source sframe_gdb.py`` first, its symbol files in ``cache``
     (the default ``set sframe symbol-files auto``: a large module's file is
@@ -234,10 +260,16 @@ def gdb_first_bt(gdb: str, binary: Path, stop: str, args: list[str], plugin: boo
                 "-ex", "bt", str(binary)]
     start = time.perf_counter()
     out = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env)
-    return time.perf_counter() - start, len(parse_bt(out.stdout))
+    elapsed = time.perf_counter() - start
+    if cache is not None:
+        _wait_for_workers(binary)
+    return elapsed, tuple((f.pc, f.name) for f in parse_bt(out.stdout))
 
 
-def _median(runs: list[tuple[float, int]]) -> tuple[float, set[int]]:
+Run = tuple[float, tuple[tuple[int, str | None], ...]]  # seconds, (pc, function) of each frame
+
+
+def _median(runs: list[Run]) -> tuple[float, set[tuple[tuple[int, str | None], ...]]]:
     return statistics.median(t for t, _ in runs), {n for _, n in runs}
 
 
@@ -261,10 +293,10 @@ def measure(label: str, twin: Path, noeh: Path, stop: str, args: list[str], opts
         if not (DEBUGGERS / f"lldb-{version}").exists():
             print(f"  lldb-{version}: not installed")
             continue
-        variants: dict[str, list[tuple[float, int]]] = {"native": [], "cold": [], "warm": []}
+        variants: dict[str, list[Run]] = {"native": [], "cold": [], "warm": []}
         # Caches made here, empty: a kept work directory holds older ones.
         warm_cache = Path(tempfile.mkdtemp(prefix=f"lldb{version}-warm-", dir=work))
-        lldb_first_bt(version, noeh, stop, args, plugin=True, cache=warm_cache)  # fills it
+        fill_cache(noeh, warm_cache, function_symbols=True)
         for _ in range(opts.runs):
             cold_cache = Path(tempfile.mkdtemp(prefix=f"lldb{version}-cold-", dir=work))
             variants["native"].append(lldb_first_bt(version, twin, stop, args, plugin=False,
@@ -284,7 +316,7 @@ def measure(label: str, twin: Path, noeh: Path, stop: str, args: list[str], opts
     if opts.gdb != "none":
         variants = {"native": [], "cold": [], "warm": []}
         warm_cache = Path(tempfile.mkdtemp(prefix="gdb-warm-", dir=work))
-        symbol_file_for_gdb(noeh, warm_cache)
+        fill_cache(noeh, warm_cache, function_symbols=False)
         for _ in range(opts.runs):
             cold_cache = Path(tempfile.mkdtemp(prefix="gdb-cold-", dir=work))
             variants["native"].append(gdb_first_bt(opts.gdb, twin, stop, args))
@@ -294,22 +326,29 @@ def measure(label: str, twin: Path, noeh: Path, stop: str, args: list[str], opts
     return ok
 
 
-def symbol_file_for_gdb(noeh: Path, cache: Path) -> None:
-    """Fill ``cache`` with gdb's symbol file of ``noeh``, as the plugin makes it."""
+def fill_cache(noeh: Path, cache: Path, *, function_symbols: bool) -> None:
+    """Fill ``cache`` with the symbol file of ``noeh`` the plugin uses (LLDB's
+    with function symbols for a stripped module, gdb's without)."""
     code = ("import sys; from sframe_core.symfile import symbol_file_for; "
-            "symbol_file_for(sys.argv[1], cache=sys.argv[2], function_symbols=False)")
-    subprocess.run([sys.executable, "-c", code, str(noeh), str(cache / "sframe-gdb" / "symbols")],
-                   check=True, cwd=ROOT)
+            "symbol_file_for(sys.argv[1], cache=sys.argv[2], function_symbols=sys.argv[3] == '1')")
+    subprocess.run([sys.executable, "-c", code, str(noeh), str(cache / "sframe-gdb" / "symbols"),
+                    "1" if function_symbols else "0"], check=True, cwd=ROOT)
 
 
-def _report(name: str, variants: dict[str, list[tuple[float, int]]]) -> bool:
+def _report(name: str, variants: dict[str, list[Run]]) -> bool:
+    """One line of figures; True when every variant's frames (pc and function) are native's."""
     native, native_frames = _median(variants["native"])
     cold, cold_frames = _median(variants["cold"])
     warm, warm_frames = _median(variants["warm"])
-    print(f"  {name} first bt: native {native:.2f} s ({sorted(native_frames)} frames), "
-          f"cold {cold:.2f} s ({sorted(cold_frames)}), warm {warm:.2f} s ({sorted(warm_frames)}); "
-          f"ratio cold {cold / native:.2f}x, warm {warm / native:.2f}x", flush=True)
-    return cold_frames == native_frames == warm_frames
+
+    def counts(found: set[tuple[tuple[int, str | None], ...]]) -> list[int]:
+        return sorted(len(frames) for frames in found)
+    agree = cold_frames == native_frames == warm_frames
+    print(f"  {name} first bt: native {native:.2f} s ({counts(native_frames)} frames), "
+          f"cold {cold:.2f} s ({counts(cold_frames)}), warm {warm:.2f} s ({counts(warm_frames)}); "
+          f"ratio cold {cold / native:.2f}x, warm {warm / native:.2f}x"
+          + ("" if agree else "; FRAMES DIFFER (pc or function)"), flush=True)
+    return agree
 
 
 def main() -> int:

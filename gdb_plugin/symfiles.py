@@ -35,11 +35,10 @@ from typing import NamedTuple
 
 import gdb
 
-from sframe_core import section as section_module
 from sframe_core.elf import read_elf
 from sframe_core.errors import SFrameError
 from sframe_core.symfile import cache_dir, cached_symbol_file, read_module, symbol_file_for
-from sframe_core.symjobs import Job, JobResult
+from sframe_core.symjobs import FOREGROUND_FDES, Job, JobResult, made_at_once
 
 __all__ = ["Route", "Routes", "SETTINGS", "FOREGROUND_FDES", "NATIVE", "PENDING", "FALLBACK",
            "OWN_CFI"]
@@ -48,10 +47,6 @@ SETTINGS = ("auto", "foreground", "off")
 # The setting a session starts with (scripts and test harnesses that want the
 # route from the first stop set ``foreground``); ``set sframe symbol-files``.
 ENV = "SFRAME_GDB_SYMBOL_FILES"
-
-# Below this many FDEs a missing symbol file is made before gdb goes on (a
-# fraction of a second); above it, in a worker while the Python unwinder serves.
-FOREGROUND_FDES = 300
 
 # e_machine values whose .debug_frame the core writes: x86-64, aarch64, s390x.
 _MACHINES = frozenset({62, 183, 22})
@@ -224,8 +219,7 @@ class Routes:
             return Route(FALLBACK, path, str(exc))
         if cached is not None:
             return self._attach(objfile, path, cached.path)
-        if self.setting == "foreground" or self._small(path) or not section_module.SAVED_REGISTERS:
-            # (Without the analysis a file costs little; a worker would not know it is off.)
+        if self.setting == "foreground" or made_at_once(path):
             try:
                 made = symbol_file_for(path, function_symbols=False)
             except SFrameError as exc:
@@ -233,14 +227,6 @@ class Routes:
             self._warn(made.warning)
             return self._attach(objfile, path, made.path)
         return self._start(path)
-
-    @staticmethod
-    def _small(path: str) -> bool:
-        try:
-            section = read_elf(path).open()
-        except SFrameError:
-            return True  # the generation then says what is wrong, at once
-        return section is None or section.num_fdes <= FOREGROUND_FDES
 
     @staticmethod
     def _attached(objfile) -> str | None:

@@ -12,6 +12,11 @@ with no listener thread racing the next command. Observed: LLDB 23.1.0 asks
 for the executable at ``target create`` and for every library; 21.1.7 and
 22.1.0 ask for libraries only (the executable keeps the stop-hook's add).
 
+It answers from the cache, or makes the file at once for a small module;
+a large module's file is left to a worker (``symfiles.start_job``) and LLDB
+goes on with the module alone, which the frame provider serves until the
+file is ready (``symfiles``: PENDING).
+
 The callback makes no SB call but on the specs it is given (LLDB holds its
 module locks while it runs, and calls it from several threads at once while
 it loads libraries in parallel), and never raises: anything it cannot serve
@@ -54,9 +59,17 @@ def attached(path: str | None) -> str | None:
 
 
 def _symbol_file(path: str) -> str | None:
-    """Our symbol file for ``path`` when LLDB would have no CFI for its code, else None."""
-    from sframe_core.symfile import read_module, symbol_file_for
+    """Our symbol file for ``path`` when LLDB would have no CFI for its code, else None.
 
+    A cached file is answered at once, a missing one made at once for a small
+    module; a large one's is left to a worker (``symfiles.start_job``, started
+    here: from the moment LLDB knows the module) and None is answered, so
+    LLDB goes on with the module's own file and the stop-hook hands the
+    module to the frame provider until the file is ready.
+    """
+    from sframe_core.symfile import cached_symbol_file, read_module, symbol_file_for
+
+    from . import symfiles
     from .target import warn_once
     st = os.stat(path)
     key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
@@ -68,7 +81,12 @@ def _symbol_file(path: str) -> str | None:
     # .eh_frame covers part of its code is the stop-hook's to judge.
     if (info.header[1] in _ROUTE_MACHINES and info.section(".sframe") is not None
             and info.section(".eh_frame") is None and info.section(".debug_frame") is None):
-        result = symbol_file_for(path)
+        result = cached_symbol_file(path)
+        if result is None:
+            if symfiles.in_background(path):
+                symfiles.start_job(path)
+                return None  # not decided: a later module of that file may find it cached
+            result = symbol_file_for(path)
         if result.warning:
             warn_once(("symfile-warning", result.warning), result.warning)
         from .symfiles import keeps_addresses_when_debug_info_is_replaced
@@ -98,7 +116,8 @@ def _callback(module_spec: lldb.SBModuleSpec, module_file_spec: lldb.SBFileSpec,
         with _lock:
             made = _symbol_file(path)
         if made is None:
-            return lldb.SBError("sframe: LLDB has CFI for it")
+            return lldb.SBError("sframe: not served here (LLDB has CFI for it, or its symbol "
+                                "file is being made)")
         _set(module_file_spec, path)
         _set(symbol_file_spec, made)
         return lldb.SBError()

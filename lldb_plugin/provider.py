@@ -5,9 +5,13 @@ the input frame's index). At the first frame whose PC lies where only SFrame
 describes the code (SFrame FDE, no ``.eh_frame``/``.debug_frame`` FDE), that
 frame is still passed through (its own PC and registers are right), and from
 its caller on the core's ``walk`` takes over, through SFrame and DWARF CFI
-rows alike, to the outermost frame. Those frames are dicts ``{"idx", "pc"}``:
-register contexts crash LLDB 22.1.0 and 23.1.0 (see docs/lldb.md), so none
-are returned, and ``frame variable`` shows nothing useful in them.
+rows alike, to the outermost frame. Those frames are ``CallerFrame``
+objects (LLDB's ``ScriptedFrame``) that carry their symbol context, looked
+up as LLDB does for its own caller frames: at pc - 1 (pc for an interrupted
+frame), with a frame for each inlined function there (so ``bt`` shows the
+twin's functions, inlined frames and file:line:column). They have no
+register context: one crashes LLDB 22.1.0 and 23.1.0 (see docs/lldb.md), so
+variables in them are unavailable, never another frame's value.
 
 Every entry point is wrapped: a failure is said once, in one line, and the
 backtrace then ends (or the input frame is passed through) - never a
@@ -20,6 +24,7 @@ from collections.abc import Iterator
 
 import lldb
 from lldb.plugins.scripted_frame_provider import ScriptedFrameProvider
+from lldb.plugins.scripted_process import ScriptedFrame
 
 from sframe_core.abi import Arch
 from sframe_core.backtrace import describe_stop
@@ -28,11 +33,12 @@ from sframe_core.unwind import MAX_FRAMES, NORMAL_ENDS, OUTERMOST_ENDS, Frame, S
 from . import registry
 from .target import INVALID, frame_registers, info_for, process_memory, target_key, warn_once
 
-__all__ = ["SFrameFrameProvider", "CLASS_NAME", "registration_args", "registration_key"]
+__all__ = ["SFrameFrameProvider", "CallerFrame", "CLASS_NAME", "registration_args",
+           "registration_key"]
 
 CLASS_NAME = f"{__name__}.SFrameFrameProvider"
 # (target, thread id) -> the frames of a core file's thread (``precompute``).
-_precomputed: dict[tuple[object, int], tuple[int | dict[str, int], ...]] = {}
+_precomputed: dict[tuple[object, int], tuple[Provided, ...]] = {}
 DESCRIPTION = "SFrame unwinder (sframe-gdb): frames where .eh_frame is missing"
 
 # How many of LLDB's input frames above the take-over point are read (before
@@ -54,6 +60,70 @@ def registration_key(args: lldb.SBStructuredData | None) -> str | None:
         return None
     value = args.GetValueForKey("target")
     return value.GetStringValue(4096) if value.IsValid() else None
+
+
+class CallerFrame(ScriptedFrame):
+    """A frame the core's walk found, symbolicated as LLDB symbolicates its own.
+
+    LLDB makes a provider's ``{"pc"}`` dict into a frame whose symbol context
+    is looked up at pc itself: a caller frame then showed the line after the
+    call (33:15 where the twin shows 33:18), and where the call was the last
+    instruction of an inlined block, the next function. A ``ScriptedFrame``
+    hands LLDB its symbol context instead. ``ScriptedFrame.__init__`` is not
+    called: it makes SB calls that take the target's API lock (see
+    ``SFrameFrameProvider.__init__``); everything is worked out before.
+    """
+
+    def __init__(self, index: int, pc: int, context: lldb.SBSymbolContext) -> None:
+        self.id = index
+        self.pc = pc
+        self.context = context
+        self.register_info = None
+        self.register_ctx: dict[str, int] = {}
+        self.variables: list[lldb.SBValue] = []
+        self.name = None
+
+    def get_id(self) -> int:
+        return self.id
+
+    def get_pc(self) -> int:
+        return self.pc
+
+    def get_symbol_context(self) -> lldb.SBSymbolContext:
+        return self.context
+
+    def is_artificial(self) -> bool:
+        return False
+
+    def get_register_info(self) -> None:
+        return None  # none: see the module's docstring
+
+    def get_register_context(self) -> None:
+        return None
+
+
+def symbolicated(target: lldb.SBTarget, pc: int, *, caller: bool, index: int) -> list[CallerFrame]:
+    """The frames LLDB shows for a frame at ``pc``: the innermost inlined
+    function's first, then each function it was inlined into (at the pc LLDB
+    gives those, the start of the inlined block), the concrete one last."""
+    address = lldb.SBAddress(pc - 1 if caller and pc > 0 else pc, target)
+    context = target.ResolveSymbolContextForAddress(address, lldb.eSymbolContextEverything)
+    frames = [CallerFrame(index, pc, context)]
+    while len(frames) < 64:
+        block = context.GetBlock()
+        if not block.IsValid() or not block.GetContainingInlinedBlock().IsValid():
+            break
+        parent_address = lldb.SBAddress()
+        parent = context.GetParentOfInlinedScope(address, parent_address)
+        if not parent.IsValid() or not parent_address.IsValid():
+            break
+        address, context = parent_address, parent
+        frames.append(CallerFrame(index + len(frames), parent_address.GetLoadAddress(target),
+                                  context))
+    return frames
+
+
+Provided = int | CallerFrame  # an input frame's index, or a frame of ours
 
 
 class SFrameFrameProvider(ScriptedFrameProvider):
@@ -95,8 +165,8 @@ class SFrameFrameProvider(ScriptedFrameProvider):
                 self._done = True
                 self._took_over = True
 
-    _frames: list[int | dict[str, int]]
-    _gen: Iterator[int | dict[str, int]] | None
+    _frames: list[Provided]
+    _gen: Iterator[Provided] | None
     input_frames: lldb.SBFrameList | None
     thread: lldb.SBThread | None
     target: lldb.SBTarget | None
@@ -139,12 +209,12 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         finally:
             registry.in_stop_hook = hooked
         _precomputed[(str(target_key(target)), thread.GetThreadID())] = tuple(frames)
-        return [thread.GetFrameAtIndex(f).GetPC() if isinstance(f, int) else f["pc"]
+        return [thread.GetFrameAtIndex(f).GetPC() if isinstance(f, int) else f.pc
                 for f in frames]
 
     # -- LLDB's entry point -------------------------------------------------
 
-    def get_frame_at_index(self, index: int) -> int | dict[str, int] | None:
+    def get_frame_at_index(self, index: int) -> Provided | None:
         if self._busy:
             # LLDB asked again while this provider was computing (it can, when
             # the provider reads its input frames): answer with what is known,
@@ -167,11 +237,11 @@ class SFrameFrameProvider(ScriptedFrameProvider):
             pass
         return None
 
-    def _frame_at(self, index: int) -> int | dict[str, int] | None:
+    def _frame_at(self, index: int) -> Provided | None:
         try:
             while len(self._frames) <= index and not self._done:
                 if self._gen is None:
-                    self._gen = self._generate()
+                    self._gen = self._symbolicate(self._generate())
                 try:
                     self._frames.append(next(self._gen))
                 except StopIteration:
@@ -189,6 +259,16 @@ class SFrameFrameProvider(ScriptedFrameProvider):
             return None
 
     # -- the frames ---------------------------------------------------------
+
+    def _symbolicate(self, found: Iterator[int | dict[str, int]]) -> Iterator[Provided]:
+        """Input frames as they are; each frame of the walk as the frames LLDB shows for it."""
+        for item in found:
+            if isinstance(item, int):
+                yield item
+                continue
+            assert self.target is not None
+            yield from symbolicated(self.target, item["pc"], caller=bool(item["caller"]),
+                                    index=len(self._frames))
 
     def _generate(self) -> Iterator[int | dict[str, int]]:
         if self.input_frames is None or self.thread is None:
@@ -263,7 +343,10 @@ class SFrameFrameProvider(ScriptedFrameProvider):
             if pending is not None:
                 yield pending
                 idx += 1
-            pending = {"idx": idx, "pc": item.pc}
+            # A return address is looked up at pc - 1; an interrupted pc, and
+            # the start of a signal trampoline (its FDE starts a byte early), at pc.
+            caller = not item.interrupted and not (item.row is not None and item.row.signal)
+            pending = {"idx": idx, "pc": item.pc, "caller": int(caller)}
             last = item
         if stop is None or stop.reason in OUTERMOST_ENDS:
             if pending is not None:

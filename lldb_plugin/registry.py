@@ -46,15 +46,23 @@ in_stop_hook = False
 _marker: lldb.SBBroadcaster | None = None
 
 
+_supported: bool | None = None
+
+
 def supported() -> bool:
-    """Feature detection: the provider base class and the SB registration call exist."""
-    if not hasattr(lldb.SBTarget, "RegisterScriptedFrameProvider"):
-        return False
-    try:
-        importlib.import_module("lldb.plugins.scripted_frame_provider")
-    except Exception:  # noqa: BLE001
-        return False
-    return True
+    """Feature detection: the provider base class and the SB registration call exist.
+
+    Worked out once (the locate-module callback asks too, where LLDB holds
+    its module locks: no import there after the first)."""
+    global _supported
+    if _supported is None:
+        _supported = hasattr(lldb.SBTarget, "RegisterScriptedFrameProvider")
+        if _supported:
+            try:
+                importlib.import_module("lldb.plugins.scripted_frame_provider")
+            except Exception:  # noqa: BLE001
+                _supported = False
+    return _supported
 
 
 def is_core(target: lldb.SBTarget) -> bool:
@@ -361,6 +369,7 @@ def _provider_wanted(target: lldb.SBTarget) -> bool:
 
 def install(debugger: lldb.SBDebugger) -> None:
     """Route (and, where needed, register on) every existing target; arrange it for later ones."""
+    supported()  # worked out here, before any locate-module callback asks
     if symfiles.enabled():
         locate.install(debugger.GetSelectedPlatform())
     _override_connect(debugger)

@@ -15,33 +15,54 @@ after a ``dlopen``) for modules not seen before. LLDB 21.1.7, 22.1.0 and
 23.1.0 all drop the frames and unwind plans they built before a symbol file
 is added, so adding it at a stop is enough (observed, docs/lldb.md).
 
+Cost: a cached symbol file is handed over at once. A missing one is made
+at once for a small module (``symjobs.made_at_once``, up to 300 FDEs), and
+on LLDB 21 (no frame provider to serve meanwhile), on a core of LLDB 22 and
+for a live remote process (where the provider is not registered); otherwise
+a worker process (``symjobs.Job``) makes it from the moment the module is
+known, while the frame provider serves the module's frames (``PENDING``).
+At the first stop after the file is ready it is added, where the LLDB keeps
+the module's types whole through a late add (``late_add_keeps_types``:
+22); elsewhere (23) the provider serves the module for the rest of the
+session (``PROVIDER``) and the next session finds the file in the cache and
+gets the native route from the start. ``SFRAME_LLDB_SYMBOL_FILES=foreground``
+always waits instead.
+
 A module the route cannot serve (no file, generation failed, LLDB refused
 the file) is recorded with the reason; the frame provider (22+) serves only
-such modules, and ``sframe status`` lists each module's route.
+such modules and the pending ones, and ``sframe status`` lists each
+module's route.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import NamedTuple
 
 import lldb
 
 from sframe_core.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X
 from sframe_core.errors import SFrameError
+from sframe_core.symjobs import Job, JobResult
 
 from . import locate
 from .target import LLDBModule, info_for, target_key, warn_once
 
-__all__ = ["Route", "NATIVE", "FAILED", "PROVIDER", "ROUTE_ABIS", "route_target", "routes", "is_native",
-           "needs_provider", "enabled", "status_lines", "ENV"]
+__all__ = ["Route", "NATIVE", "FAILED", "PROVIDER", "PENDING", "ROUTE_ABIS", "route_target", "routes",
+           "is_native", "needs_provider", "enabled", "status_lines", "ENV", "SETTING_ENV",
+           "in_background", "start_job", "late_add_keeps_types"]
 
 ENV = "SFRAME_LLDB_ROUTE"
 """``provider`` turns the native route off (the frame provider alone, as before)."""
+SETTING_ENV = "SFRAME_LLDB_SYMBOL_FILES"
+"""``foreground``: a missing symbol file is always made before LLDB goes on
+(``auto``, the default: a large module's in a worker, see above)."""
 
 NATIVE = "native"
 FAILED = "failed"
 PROVIDER = "provider"  # left to the frame provider on purpose, not a failure
+PENDING = "pending"  # the frame provider serves it until its symbol file is ready
 
 # ABIs whose generated .debug_frame LLDB's unwinder was seen to walk to the
 # outermost frame. (s390x too, since the CIE gives the caller's SP as a
@@ -50,10 +71,11 @@ ROUTE_ABIS = frozenset({AMD64.abi_id, AARCH64_LE.abi_id, AARCH64_BE.abi_id, S390
 
 
 class Route(NamedTuple):
-    kind: str  # NATIVE, FAILED or PROVIDER
+    kind: str  # NATIVE, FAILED, PROVIDER or PENDING
     name: str  # the module's file name, for messages
     detail: str  # the symbol file added, or why not
     provider_helps: bool = True  # False: its SFrame data is unusable anyway
+    since: float = 0.0  # PENDING: when it started waiting (time.monotonic)
 
 
 # target key -> module key -> Route. Survives a re-import of the package.
@@ -64,6 +86,62 @@ _covered: set[tuple[str, str]] = set()
 
 def enabled() -> bool:
     return os.environ.get(ENV, "auto").strip().lower() != "provider"
+
+
+# (realpath, size, mtime) of a module -> the worker making its symbol file
+# (one per build of a module and session, whichever target or callback asked
+# first; a rebuild at the same path is another module, with its own worker).
+_jobs: dict[tuple[str, int, int], Job] = {}
+
+
+def _job_key(path: str) -> tuple[str, int, int]:
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return (real, st.st_size, st.st_mtime_ns)
+
+
+def start_job(path: str) -> Job:
+    """The worker making ``path``'s symbol file, started now if none is.
+
+    Makes no SB call (the locate-module callback starts it too): the result
+    is only stored by the worker's thread, and taken at a stop.
+    """
+    key = _job_key(path)
+    job = _jobs.get(key)
+    if job is None:
+        job = _jobs[key] = Job(key[0], lambda result: None)
+    return job
+
+
+def _job_for(path: str) -> Job | None:
+    try:
+        return _jobs.get(_job_key(path))
+    except OSError:
+        return None
+
+
+def in_background(path: str) -> bool:
+    """Is ``path``'s missing symbol file made by a worker while the provider
+    serves (rather than before LLDB goes on)? Not on an LLDB without frame
+    providers (21): nothing would serve its frames meanwhile."""
+    if os.environ.get(SETTING_ENV, "auto").strip().lower() == "foreground":
+        return False
+    from .registry import supported
+    if not supported():
+        return False
+    from sframe_core.symjobs import made_at_once
+    return not made_at_once(path)
+
+
+def late_add_keeps_types() -> bool:
+    """Does a symbol file added at a later stop leave the module's types as
+    the twin's? LLDB keeps a module's type system when its symbol file is
+    replaced: a structure declared from the module's own DWARF before (as
+    ``b NAME`` does) then prints as ``<incomplete type>`` in caller frames
+    on 23.1.0; 22.1.0 completes it from the new file (observed on lua5.4's
+    ``BuffFS``). No SB call tells them apart; the SB API that came with 23,
+    ``SBProcess.IsLiveDebugSession``, stands in for it."""
+    return not hasattr(lldb.SBProcess, "IsLiveDebugSession")
 
 
 def _module_key(module: lldb.SBModule) -> tuple[str, str]:
@@ -160,9 +238,74 @@ def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule
                      "information is replaced (LLDB 21); left to LLDB's own unwinder, "
                      "'sframe bt' works", False)
     try:
-        symbol_file = _generate(path)
+        symbol_file = _now_or_later(target, path)
     except (SFrameError, OSError, ValueError) as exc:
         return Route(FAILED, name, str(exc) or type(exc).__name__)
+    if symbol_file is None:
+        return Route(PENDING, name, "its symbol file is being made by a worker process",
+                     since=time.monotonic())
+    return _symbols_add(debugger, target, path, name, symbol_file)
+
+
+def _provider_serves(target: lldb.SBTarget) -> bool:
+    """Would the frame provider serve this target's frames while a worker runs?
+    (Not without providers (21), on a core of LLDB 22, nor for a live remote
+    process: ``registry.register`` says why.)"""
+    from . import registry
+    if not registry.supported() or registry.is_live_remote(target):
+        return False
+    return not registry.is_core(target) or hasattr(lldb.SBProcess, "IsLiveDebugSession")
+
+
+def _job_file(result: JobResult) -> str:
+    if result.warning:
+        warn_once(("symfile-warning", result.warning), result.warning)
+    if result.path is None:
+        raise SFrameError(result.error or "the symbol file worker made nothing")
+    return result.path
+
+
+def _now_or_later(target: lldb.SBTarget, path: str) -> str | None:
+    """The symbol file to add now, or None: a worker makes it, the provider serves meanwhile."""
+    from sframe_core.symfile import cached_symbol_file
+    cached = cached_symbol_file(path)
+    if cached is not None:
+        if cached.warning:
+            warn_once(("symfile-warning", cached.warning), cached.warning)
+        return cached.path
+    job = _job_for(path)  # started by the locate-module callback?
+    serves = _provider_serves(target)
+    if job is None:
+        if not serves or not in_background(path):
+            return _generate(path)
+        job = start_job(path)
+    if not serves:
+        return _job_file(job.wait())
+    return None if job.result is None else _job_file(job.result)
+
+
+def _pending(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule,
+             old: Route) -> Route:
+    """A pending module at a later stop: its file added, or still the provider's."""
+    path = module.GetFileSpec().fullpath or ""
+    job = _job_for(path)
+    result = job.result if job is not None else None
+    if result is None:
+        return old
+    try:
+        symbol_file = _job_file(result)
+    except SFrameError as exc:
+        return Route(FAILED, old.name, str(exc))
+    if _has_debug_info(module) and not late_add_keeps_types():
+        return Route(PROVIDER, old.name, "for this session: this LLDB (23) would leave types it "
+                     "had read from the module's own debug information incomplete if the "
+                     f"symbol file were added now; the next session adds {symbol_file} from "
+                     "the start (LLDB's own unwinder)")
+    return _symbols_add(debugger, target, path, old.name, symbol_file)
+
+
+def _symbols_add(debugger: lldb.SBDebugger, target: lldb.SBTarget, path: str, name: str,
+                 symbol_file: str) -> Route:
     result = lldb.SBCommandReturnObject()
     interp = debugger.GetCommandInterpreter()
     interp.HandleCommand(f"target symbols add -s {_quote(path)} {_quote(symbol_file)}",
@@ -181,7 +324,17 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> list[Route
     new = []
     for module in target.module_iter():
         key = _module_key(module)
-        if key in seen or key in _covered:
+        old = seen.get(key)
+        if old is not None and old.kind == PENDING:
+            route = _pending(debugger, target, module, old)
+            if route is not old:
+                seen[key] = route
+                new.append(route)
+                if route.kind == FAILED:
+                    warn_once(("route", key), f"{route.name}: no SFrame symbol file for "
+                              f"LLDB's unwinder: {route.detail}")
+            continue
+        if old is not None or key in _covered:
             continue
         wanted = _wants_route(target, module)
         if wanted is None:
@@ -228,7 +381,7 @@ def needs_provider(target: lldb.SBTarget) -> bool:
     """Is there an SFrame module the native route could not serve (or is the route off)?"""
     if not enabled():
         return True
-    return any(route.kind == PROVIDER or (route.kind == FAILED and route.provider_helps)
+    return any(route.kind in (PROVIDER, PENDING) or (route.kind == FAILED and route.provider_helps)
                for route in _routes.get(target_key(target), {}).values())
 
 
@@ -244,6 +397,10 @@ def status_lines(target: lldb.SBTarget) -> list[str]:
             lines.append(f"{route.name}: LLDB's own unwinder, .debug_frame from SFrame in {route.detail}")
         elif route.kind == PROVIDER:
             lines.append(f"{route.name}: the frame provider: {route.detail}")
+        elif route.kind == PENDING:
+            lines.append(f"{route.name}: the frame provider until its symbol file is ready "
+                         f"(being made by a worker for {time.monotonic() - route.since:.0f} s); "
+                         "added at the first stop after that")
         else:
             lines.append(f"{route.name}: not on the native route: {route.detail}")
     return lines

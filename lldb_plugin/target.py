@@ -220,7 +220,8 @@ def _signature(target: lldb.SBTarget) -> tuple[object, ...]:
         sig.append((module.GetFileSpec().fullpath, module.GetUUIDString(),
                     header.GetLoadAddress(target)))
     from .symfiles import routes
-    sig.append(("routes", len(routes(target))))  # a symbol file added changes the table
+    # A symbol file added (or a pending module's route settled) changes the table.
+    sig.append(("routes", tuple(sorted(route.kind for route in routes(target).values()))))
     return tuple(sig)
 
 

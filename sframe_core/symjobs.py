@@ -31,7 +31,40 @@ import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
-__all__ = ["JobResult", "Job", "worker_python", "main"]
+__all__ = ["JobResult", "Job", "worker_python", "main", "FOREGROUND_FDES", "FOREGROUND_ENV",
+           "made_at_once"]
+
+# Below this many FDEs a missing symbol file is made before the debugger goes
+# on (a fraction of a second); above it, in a worker while the adapter's own
+# unwinder (gdb: the Python unwinder; LLDB 22+: the frame provider) serves.
+FOREGROUND_FDES = 300
+# The threshold a session starts with, if set (tests send a small program to
+# the worker with it, rather than building a large one).
+FOREGROUND_ENV = "SFRAME_FOREGROUND_FDES"
+
+
+def made_at_once(path: str) -> bool:
+    """Is the module at ``path`` small enough to make its symbol file now?
+
+    Also True where a worker would gain nothing: the module cannot be read
+    (the generation then says what is wrong, at once), or the saved-register
+    analysis is off (the file then costs little, and a worker would not know
+    it is off).
+    """
+    from . import section as section_module
+    from .elf import read_elf
+    from .errors import SFrameError
+    if not section_module.SAVED_REGISTERS:
+        return True
+    try:
+        limit = int(os.environ.get(FOREGROUND_ENV, "") or FOREGROUND_FDES)
+    except ValueError:
+        limit = FOREGROUND_FDES
+    try:
+        found = read_elf(path).open()
+    except SFrameError:
+        return True
+    return found is None or found.num_fdes <= limit
 
 
 class JobResult(NamedTuple):
@@ -108,8 +141,17 @@ class Job:
         except OSError as exc:
             self._finish(JobResult(None, f"cannot start {python}: {exc.strerror or exc}"))
             return
-        threading.Thread(target=self._wait, name=f"sframe symbol file {os.path.basename(path)}",
-                         daemon=True).start()
+        self._thread = threading.Thread(target=self._wait, daemon=True,
+                                        name=f"sframe symbol file {os.path.basename(path)}")
+        self._thread.start()
+
+    def wait(self) -> JobResult:
+        """The result, once the worker is done (for a caller that cannot go on without it)."""
+        thread = getattr(self, "_thread", None)
+        if thread is not None:
+            thread.join()
+        assert self.result is not None
+        return self.result
 
     def cancel(self) -> None:
         """Stop the worker (the cache keeps nothing half-written)."""

@@ -477,3 +477,135 @@ def test_stripped_and_unstripped_twins_get_their_own_symbol_files(tmp_path: Path
     stripped = symfile.symbol_file_for(str(_need(V3 / "deep.noeh.stripped")), cache=str(tmp_path))
     full = symfile.symbol_file_for(str(_need(V3 / "deep.noeh")), cache=str(tmp_path))
     assert stripped.path != full.path and not full.cached
+
+
+# -- a module large enough for a worker -----------------------------------------------
+
+LUA = Path(__file__).resolve().parent / "fixtures" / "realprogs" / "lua5.4"
+
+
+FRAME_LINE = re.compile(r"^\s*\*?\s*frame #(\d+): 0x([0-9a-f]+) (.*?)\s*$", re.M)
+
+
+def _without_arguments(text: str) -> str:
+    """``f(a=1, b=(x`y)) + 4 at f.c:3:1`` as ``f + 4 at f.c:3:1``."""
+    start = text.find("(")
+    if start < 0:
+        return text
+    depth = 0
+    for end in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        if depth == 0:
+            return text[:start] + text[end + 1:]
+    return text
+
+
+def _full(text: str, noeh: str, twin: str) -> list[tuple[str, str, str]]:
+    """Every frame line of a ``bt`` as (index, pc, the rest without the argument
+    values), the module under test named as its twin. (The provider's frames
+    have no register context: their arguments are unavailable, never another
+    frame's values; LLDB 22/23 mark them ``[synthetic]``.)"""
+    text = text.replace(" [synthetic]", "")
+    frames = []
+    for index, pc, rest in FRAME_LINE.findall(text):
+        if rest.startswith(noeh + "`") or rest == noeh:
+            rest = twin + rest[len(noeh):]
+        frames.append((index, pc, _without_arguments(rest)))
+    return frames
+
+
+def _until_added(session: Session, timeout: float = 240) -> str:
+    """``sframe load`` until the worker's file is settled (added, or left to the provider)."""
+    deadline = time.monotonic() + timeout
+    while "until its symbol file is ready" in (status := session.cmd("sframe load")):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.3)
+    return status
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_module_served_until_its_symbol_file_is_ready(version: str, tmp_path: Path) -> None:
+    """The default (``auto``) on a module too large to make its symbol file
+    before LLDB goes on (``SFRAME_FOREGROUND_FDES=1`` makes the small ``deep``
+    one): on LLDB 22 and 23 a worker makes it while the frame provider serves
+    the module, with the twin's frames (pc, function, file:line:col, inlined);
+    once it is ready the next stop (here ``sframe load``) adds it, and ``bt`` is
+    LLDB's own, the twin's. A second session finds the file in the cache. LLDB
+    21 has no provider to serve meanwhile: the file is made at once."""
+    binary, twin = _need(V3 / "deep.noeh"), _need(V3 / "deep")
+    want = _full(command_output(_launch(version, twin, twin, ["bt"], plugin=False), "bt"),
+                 binary.name, twin.name)
+    assert len(want) >= 6, want
+    env = {**_env(tmp_path), "SFRAME_LLDB_SYMBOL_FILES": "auto", "SFRAME_FOREGROUND_FDES": "1"}
+    session = Session(version, env=env, timeout=300)
+    try:
+        for command in (f"target create {binary}", break_command(binary, twin), "process launch"):
+            session.cmd(command)
+        first = session.cmd("bt")
+        assert "Traceback" not in first, first
+        assert _full(first, binary.name, twin.name) == want, first
+        status = session.cmd("sframe status")
+        if version == "21":
+            assert f"{binary.name}: LLDB's own unwinder" in status, status
+            return
+        if f"{binary.name}: LLDB's own unwinder" not in status:
+            # (Unless the worker was done by the breakpoint's stop already: a
+            # small program. The lua test below always waits for it.)
+            assert f"{binary.name}: the frame provider until its symbol file is ready" in status, \
+                status
+            assert "[synthetic]" in first, first
+            status = _until_added(session)
+        assert f"{binary.name}: LLDB's own unwinder" in status, status  # no debug info to lose
+        later = session.cmd("bt")
+        assert "[synthetic]" not in later and _full(later, binary.name, twin.name) == want, later
+    finally:
+        session.close()
+    out = _launch(version, binary, twin, ["bt", "sframe status"], plugin=True, env=env)
+    assert f"{binary.name}: LLDB's own unwinder" in command_output(out, "sframe status"), out
+    assert _full(command_output(out, "bt"), binary.name, twin.name) == want, out
+
+
+@pytest.mark.parametrize("version", ["22", "23"])
+def test_large_debug_info_module_late_add(version: str, tmp_path: Path) -> None:
+    """lua5.4 -O2 -g (705 FDEs: a worker by default), ``b luaV_concat`` before
+    ``run``: the provider's frames are the twin's, inlined ones included. Once
+    the file is ready, LLDB 22 gets it added and shows the caller frame's
+    structure as the twin does; LLDB 23 would print it as ``<incomplete
+    type>`` after a late add (its types were read from the module's own
+    DWARF for the breakpoint), so the provider serves that module for the
+    rest of the session, and the next session gets the file from the start."""
+    binary, twin = _need(LUA / "busid-v3" / "lua5.4.noeh"), _need(LUA / "busid-v3" / "lua5.4")
+    launch = f"process launch -o /dev/null -- -E {LUA / 'deep.lua'}"
+    fields = re.compile(r"^\s*(L|pushed|blen) = (.*)$", re.M)
+    twin_out = run_lldb(version, [f"target create {twin}", "b luaV_concat", launch, "bt 8",
+                                  "frame select 3", "frame variable buff"], plugin=False)
+    want = _full(command_output(twin_out, "bt 8"), binary.name, twin.name)
+    want_buff = fields.findall(command_output(twin_out, "frame variable buff"))
+    assert len(want) == 8 and any("[inlined]" in f[2] for f in want) and len(want_buff) == 3, \
+        twin_out
+    env = {**_env(tmp_path), "SFRAME_LLDB_SYMBOL_FILES": "auto"}
+    session = Session(version, env=env, timeout=300)
+    try:
+        for command in (f"target create {binary}", "b luaV_concat", launch):
+            session.cmd(command)
+        first = session.cmd("bt 8")
+        assert _full(first, binary.name, twin.name) == want, first
+        assert "[synthetic]" in first, first
+        status = _until_added(session)
+        later = session.cmd("bt 8")
+        assert _full(later, binary.name, twin.name) == want, later
+        session.cmd("frame select 3")
+        buff = session.cmd("frame variable buff")
+        if version == "22":
+            assert f"{binary.name}: LLDB's own unwinder" in status, status
+            assert "[synthetic]" not in later, later
+            assert fields.findall(buff) == want_buff, buff
+        else:
+            assert f"{binary.name}: the frame provider: for this session" in status, status
+            assert "incomplete type" not in buff, buff
+    finally:
+        session.close()
+    out = run_lldb(version, [f"target create {binary}", "b luaV_concat", launch, "frame select 3",
+                             "frame variable buff", "sframe status"], env=env)
+    assert f"{binary.name}: LLDB's own unwinder" in command_output(out, "sframe status"), out
+    assert fields.findall(command_output(out, "frame variable buff")) == want_buff, out

@@ -68,6 +68,9 @@ def _run_lldb_once(version: str, commands: list[str], *, plugin: bool, timeout: 
     # redraws it while `gdb-remote` loads modules (without the plugin too;
     # `settings set show-statusline false` comes too late to prevent it).
     full_env["TERM"] = "dumb"
+    # Symbol files made before LLDB goes on, as before there were workers
+    # (a test of the background route sets "auto").
+    full_env["SFRAME_LLDB_SYMBOL_FILES"] = "foreground"
     full_env.update(env or {})
     child = pexpect.spawn(args[0], args[1:], timeout=timeout, env=full_env, encoding="utf-8",
                           cwd=str(ROOT))
@@ -127,10 +130,13 @@ class Session:
 
     PROMPT = r"\(lldb\) "
 
-    def __init__(self, version: str, *, plugin: bool = True, timeout: int = 60) -> None:
-        env = dict(os.environ)
-        env.pop("VIRTUAL_ENV", None)
-        env["TERM"] = "dumb"
+    def __init__(self, version: str, *, plugin: bool = True, timeout: int = 60,
+                 env: dict[str, str] | None = None) -> None:
+        base = dict(os.environ)
+        base.pop("VIRTUAL_ENV", None)
+        base["TERM"] = "dumb"
+        base.setdefault("SFRAME_LLDB_SYMBOL_FILES", "foreground")  # as run_lldb
+        env = {**base, **(env or {})}
         self.child = pexpect.spawn(str(lldb_path(version)), ["--no-lldbinit", "--no-use-colors"],
                                    env=env, encoding="utf-8", timeout=timeout, cwd=str(ROOT),
                                    dimensions=(200, 400))
