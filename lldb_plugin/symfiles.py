@@ -17,16 +17,16 @@ is added, so adding it at a stop is enough (observed, docs/lldb.md).
 
 Cost: a cached symbol file is handed over at once. A missing one is made
 at once for a small module (``symjobs.made_at_once``, up to 300 FDEs), and
-on LLDB 21 (no frame provider to serve meanwhile), on a core of LLDB 22 and
-for a live remote process (where the provider is not registered); otherwise
-a worker process (``symjobs.Job``) makes it from the moment the module is
-known, while the frame provider serves the module's frames (``PENDING``).
-At the first stop after the file is ready it is added, where the LLDB keeps
-the module's types whole through a late add (``late_add_keeps_types``:
-22); elsewhere (23) the provider serves the module for the rest of the
-session (``PROVIDER``) and the next session finds the file in the cache and
-gets the native route from the start. ``SFRAME_LLDB_SYMBOL_FILES=foreground``
-always waits instead.
+on LLDB 21 (no frame provider to serve meanwhile), on a core of LLDB 22, for
+a live remote process (where the provider is not registered), and for a
+module with debug information on an LLDB that cannot take its file late
+(23, ``late_add_keeps_types``); otherwise a worker process (``symjobs.Job``)
+makes it from the moment the module is known, while the frame provider
+serves the module's frames (``PENDING``), and it is added at the first stop
+after it is ready. Should a late add still meet a module with debug
+information there, the provider serves it for the rest of the session
+(``PROVIDER``) and the next session finds the file in the cache.
+``SFRAME_LLDB_SYMBOL_FILES=foreground`` always waits instead.
 
 A module the route cannot serve (no file, generation failed, LLDB refused
 the file) is recorded with the reason; the frame provider (22+) serves only
@@ -123,14 +123,22 @@ def _job_for(path: str) -> Job | None:
 def in_background(path: str) -> bool:
     """Is ``path``'s missing symbol file made by a worker while the provider
     serves (rather than before LLDB goes on)? Not on an LLDB without frame
-    providers (21): nothing would serve its frames meanwhile."""
+    providers (21): nothing would serve its frames meanwhile. Nor for a
+    module with debug information on an LLDB that cannot take its file late
+    (23, ``late_add_keeps_types``): the provider would serve it for the whole
+    session, and its frames have no register context (arguments and
+    variables of callers unavailable, marked synthetic), where waiting once
+    gives the twin's session."""
     if os.environ.get(SETTING_ENV, "auto").strip().lower() == "foreground":
         return False
     from .registry import supported
     if not supported():
         return False
+    from sframe_core.symfile import has_debug_information
     from sframe_core.symjobs import made_at_once
-    return not made_at_once(path)
+    if made_at_once(path):
+        return False
+    return late_add_keeps_types() or not has_debug_information(path)
 
 
 def late_add_keeps_types() -> bool:

@@ -50,7 +50,8 @@ from .symbols import DEBUG_ROOTS
 
 __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_symbol_file",
            "write_symbol_file", "default_jobs", "PARALLEL_MIN_FDES",
-           "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module"]
+           "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module",
+           "has_debug_information"]
 
 # Bump when the bytes written for the same input change (a fix in dwarf.py):
 # cached files of older generators are then not reused.
@@ -285,6 +286,13 @@ def _debug_source(module: ModuleInfo, debug_roots: Sequence[str]) -> ModuleInfo 
     if module.has_debug_info:
         return module
     return _debug_file(module, debug_roots)
+
+
+def has_debug_information(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS) -> bool:
+    """Does a debugger find debug information for ``path`` (its own or a separate
+    file)? It decides whether a debugger that keeps types it read before a
+    symbol file is added may take the file late."""
+    return _debug_source(read_module(path), debug_roots) is not None
 
 
 # -- writing ------------------------------------------------------------------------
