@@ -98,8 +98,8 @@ def in_process(core: Path, exe: Path) -> tuple[float, float]:
     full read, also when a lying header sends a lookup there), outermost
     calls only.
     """
-    from sframe_core import cfi
-    from sframe_core.cli import main
+    from sframe_core.cli.commands import main
+    from sframe_core.dwarf import cfi
 
     originals = {name: getattr(cfi.CFITable, name) for name in ("_open", "_read")
                  if hasattr(cfi.CFITable, name)}  # (_open: since the header lookups)
@@ -161,7 +161,8 @@ def main() -> int:
             if eu_cmd:
                 theirs.append(eu_timed(eu_cmd))
             empty.append(timed([sys.executable, "-c", "pass"], cached))
-            imports.append(timed([sys.executable, "-c", "import sframe_core.cli, sframe_core.corefile"],
+            imports.append(timed([sys.executable, "-c",
+                                  "import sframe_core.cli.commands, sframe_core.targets.corefile"],
                                  cached))
             compiling.append(timed(ours_cmd, uncached))
         pid_ours: list[Timing] = []

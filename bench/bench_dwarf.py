@@ -24,10 +24,10 @@ import tempfile
 from pathlib import Path
 
 from bench.bench_lookup import best, encode
-from sframe_core import symfile
-from sframe_core.dwarf import debug_frame
-from sframe_core.elf import read_elf
-from sframe_core.section import SFrameSection
+from sframe_core.dwarf.debug_frame import debug_frame
+from sframe_core.format.elf import read_elf
+from sframe_core.format.section import SFrameSection
+from sframe_core.symfiles import symfile
 
 ROOT = Path(__file__).resolve().parent.parent
 

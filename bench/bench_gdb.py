@@ -25,7 +25,7 @@ Usage: python -m bench.bench_gdb [--gdb PATH] [--depth N] [--repeat N] [--route 
 [--saved on|off|both] (from the checkout). Prints absolute times and the
 plugin/native ratio (targets: the DWARF route within 1.05x, the Python
 unwinder within 1.25x). ``--saved both`` measures the Python unwinder without
-and with the callee-saved register rules (sframe_core.saved), in the same run.
+and with the callee-saved register rules (sframe_core.analysis.saved), in the same run.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _session(gdb: str, program: Path, plugin: bool, saved: bool = True,
              symbol_files: str = "foreground") -> Gdb:
     g = Gdb(gdb, plugin=plugin, args=[str(program)], timeout=600, symbol_files=symbol_files)
     if plugin and not saved:
-        g.cmd("python import sframe_core.section as s; s.SAVED_REGISTERS = False")
+        g.cmd("python import sframe_core.format.section as s; s.SAVED_REGISTERS = False")
     g.cmd(_TIMER)
     return g
 

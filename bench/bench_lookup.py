@@ -25,7 +25,7 @@ import struct
 import sys
 import time
 
-from sframe_core.section import SFrameSection
+from sframe_core.format.section import SFrameSection
 
 # (start offset, base is SP, data words): a 236-byte amd64 function that pushes
 # three registers and grows a 96-byte frame (the deep fixture's func idx [4]).

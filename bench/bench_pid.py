@@ -43,8 +43,8 @@ import threading
 import time
 from pathlib import Path
 
-from sframe_core.backtrace import module_table, trace_target
-from sframe_core.ptrace import BOOST, snapshot, survey
+from sframe_core.targets.backtrace import module_table, trace_target
+from sframe_core.targets.ptrace import BOOST, snapshot, survey
 
 PROGRAM = r"""
 #include <pthread.h>

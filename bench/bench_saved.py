@@ -1,4 +1,4 @@
-"""Cost of the callee-saved register analysis (sframe_core.saved): cold time per function.
+"""Cost of the callee-saved register analysis (sframe_core.analysis.saved): cold time per function.
 
 For each file, every function with an SFrame FDE is analysed once from a
 freshly opened section (nothing cached), the way the first backtrace through
@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from sframe_core.effects import decoder_for
-from sframe_core.elf import read_elf
+from sframe_core.analysis.effects import decoder_for
+from sframe_core.format.elf import read_elf
 
 REALPROGS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "realprogs"
 

@@ -144,9 +144,9 @@ def _python(code: str, *args: str, env: dict[str, str] | None = None) -> str:
 
 _CPU = """
 import sys, time
-import sframe_core.section as section
-from sframe_core.elf import read_elf
-from sframe_core.symfile import symbol_file_bytes
+import sframe_core.format.section as section
+from sframe_core.format.elf import read_elf
+from sframe_core.symfiles.symfile import symbol_file_bytes
 section.SAVED_REGISTERS = sys.argv[2] == "on"
 sframe = read_elf(sys.argv[1]).open()
 start = time.process_time()
@@ -156,7 +156,7 @@ print(time.process_time() - start, sframe.num_fdes)
 
 _HIT = """
 import sys
-from sframe_core.symfile import symbol_file_for
+from sframe_core.symfiles.symfile import symbol_file_for
 print(symbol_file_for(sys.argv[1]).cached)
 """
 
@@ -225,7 +225,7 @@ def _wait_for_workers(binary: Path, timeout: float = 1800) -> None:
     """Wait until no symbol file worker for ``binary`` runs any more: a
     session's worker outlives it (its file is the next session's), and would
     load the machine while the next variant is timed."""
-    needle = f"sframe_core.symjobs\0{os.path.realpath(binary)}".encode()
+    needle = f"sframe_core.symfiles.jobs\0{os.path.realpath(binary)}".encode()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         running = False
@@ -329,7 +329,7 @@ def measure(label: str, twin: Path, noeh: Path, stop: str, args: list[str], opts
 def fill_cache(noeh: Path, cache: Path, *, function_symbols: bool) -> None:
     """Fill ``cache`` with the symbol file of ``noeh`` the plugin uses (LLDB's
     with function symbols for a stripped module, gdb's without)."""
-    code = ("import sys; from sframe_core.symfile import symbol_file_for; "
+    code = ("import sys; from sframe_core.symfiles.symfile import symbol_file_for; "
             "symbol_file_for(sys.argv[1], cache=sys.argv[2], function_symbols=sys.argv[3] == '1')")
     subprocess.run([sys.executable, "-c", code, str(noeh), str(cache / "sframe-gdb" / "symbols"),
                     "1" if function_symbols else "0"], check=True, cwd=ROOT)

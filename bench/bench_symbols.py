@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sframe_core.symbols import SymbolTable
+from sframe_core.targets.symbols import SymbolTable
 from tests.helpers import ROOT
 from tests.helpers.oracle import build_many_symbols, gdb_path
 

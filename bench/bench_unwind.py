@@ -21,9 +21,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sframe_core.corefile import CoreFile, open_core
-from sframe_core.modules import ModuleTable
-from sframe_core.unwind import Frame, Stop, walk
+from sframe_core.targets.corefile import CoreFile, open_core
+from sframe_core.targets.modules import ModuleTable
+from sframe_core.unwind.step import Frame, Stop, walk
 from tests.helpers import X86
 
 
@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     fixtures = X86 / args.producer
     try:
-        import sframe_core.cfi  # noqa: F401
+        import sframe_core.dwarf.cfi  # noqa: F401
         have_cfi = True
     except ImportError:
         have_cfi = False
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{label}: {frames} frames, cold {cold * 1e3:8.1f} ms, warm {warm * 1e3:8.1f} ms"
                   f" = {warm / frames * 1e6:6.2f} us/frame; stopped: {stop}")
         if not have_cfi:
-            print("eh_frame (twin core) : not measured: sframe_core/cfi.py is not there yet")
+            print("eh_frame (twin core) : not measured: sframe_core/dwarf/cfi.py is not there yet")
             return 0
         sf = results["sframe   (twin core) "]
         eh = results["eh_frame (twin core) "]

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 
 import gdb
 
-from sframe_core.describe import lookup_text
-from sframe_core.errors import SFrameError
+from sframe_core.base.errors import SFrameError
+from sframe_core.format.describe import lookup_text
 from sframe_core.version import __version__
 
 from .symfiles import FALLBACK, NATIVE, PENDING, SETTINGS, Route

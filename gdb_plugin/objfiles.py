@@ -10,7 +10,7 @@ not import ``gdb``, so its parsers are tested on captured output of every GDB
 runtime address minus its ``sh_addr`` on disk (debugger-apis.md A2: never
 from ``info sharedlibrary``). ELF headers and SFrame tables are read only when
 a PC inside the objfile is first unwound through, then cached in a
-``sframe_core.modules.Module``.
+``sframe_core.targets.modules.Module``.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import os
 import re
 from typing import TYPE_CHECKING, Protocol
 
-from sframe_core.addresses import AddressMap, Region
-from sframe_core.elf import ElfSFrame, read_elf
-from sframe_core.errors import SFrameError
-from sframe_core.modules import Mapping, Module, load_bias
+from sframe_core.base.errors import SFrameError
+from sframe_core.format.elf import ElfSFrame, read_elf
+from sframe_core.targets.modules import Mapping, Module, load_bias
+from sframe_core.unwind.addresses import AddressMap, Region
 
 if TYPE_CHECKING:
-    from sframe_core.section import SFrameSection
+    from sframe_core.format.section import SFrameSection
 
     from .unwinder import Registers
 

@@ -19,7 +19,7 @@ When: for the objfiles there at ``source`` time, then from ``new_objfile``
 (the executable, libraries at start and from ``dlopen``, cores, ``attach``,
 ``gdbserver``, exec). A cached file is attached at once. A missing one is
 made at once when the module is small (``FOREGROUND_FDES``); a larger one by
-a worker process (``sframe_core.symjobs``) while the Python unwinder serves
+a worker process (``sframe_core.symfiles.jobs``) while the Python unwinder serves
 the objfile, and attached at the first stop after it is ready. ``set sframe
 symbol-files foreground`` always waits; ``off`` leaves every objfile to the
 Python unwinder. ``info sframe`` says, per objfile, which one serves it and
@@ -35,10 +35,10 @@ from typing import NamedTuple
 
 import gdb
 
-from sframe_core.elf import read_elf
-from sframe_core.errors import SFrameError
-from sframe_core.symfile import cache_dir, cached_symbol_file, read_module, symbol_file_for
-from sframe_core.symjobs import FOREGROUND_FDES, Job, JobResult, made_at_once
+from sframe_core.base.errors import SFrameError
+from sframe_core.format.elf import read_elf
+from sframe_core.symfiles.jobs import FOREGROUND_FDES, Job, JobResult, made_at_once
+from sframe_core.symfiles.symfile import cache_dir, cached_symbol_file, read_module, symbol_file_for
 
 __all__ = ["Route", "Routes", "SETTINGS", "FOREGROUND_FDES", "NATIVE", "PENDING", "FALLBACK",
            "OWN_CFI"]

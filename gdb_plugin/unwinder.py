@@ -12,7 +12,7 @@ a walk reuses (the objfile table, a page cache of target memory) lives in a
 once. This keeps ``bt`` as fast as GDB's own DWARF unwinder
 (``python -m bench.bench_gdb``).
 
-When the rows cannot explain the stack (``sframe_core.unwind.Stop``), the
+When the rows cannot explain the stack (``sframe_core.unwind.step.Stop``), the
 frame is still claimed, without a saved PC and with an id inner to its
 callee's: GDB then ends the backtrace with "Backtrace stopped: previous frame
 inner to this frame (corrupt stack?)" instead of letting its prologue
@@ -31,14 +31,14 @@ from __future__ import annotations
 import gdb
 import gdb.unwinder
 
-from sframe_core.abi import AARCH64_LE, AMD64, Arch
-from sframe_core.addresses import AddressMap, Region, regions_from_maps, return_address_problem
-from sframe_core.errors import SFrameError
-from sframe_core.memory import PageCache
-from sframe_core.norow import entry_stop, is_sigreturn
-from sframe_core.rows import Row, RuleKind
-from sframe_core.section import SFrameSection
-from sframe_core.unwind import DEFAULT_PAC_MASK, NORMAL_ENDS, Stop, caller_registers
+from sframe_core.base.abi import AARCH64_LE, AMD64, Arch
+from sframe_core.base.errors import SFrameError
+from sframe_core.base.memory import PageCache
+from sframe_core.base.rows import Row, RuleKind
+from sframe_core.format.section import SFrameSection
+from sframe_core.unwind.addresses import AddressMap, Region, regions_from_maps, return_address_problem
+from sframe_core.unwind.norow import entry_stop, is_sigreturn
+from sframe_core.unwind.step import DEFAULT_PAC_MASK, NORMAL_ENDS, Stop, caller_registers
 
 from .objfiles import (
     CORE_COMMAND,
@@ -593,7 +593,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         ``regs``, and hand GDB the caller's (``hands``: which, and how named).
 
         Everything handed is a value the rows give: the CFA, the RA, the FP
-        and the callee-saved registers (sframe_core.saved), an unchanged one
+        and the callee-saved registers (sframe_core.analysis.saved), an unchanged one
         as this frame's own value. What a register's rule cannot give is not
         handed, and reads ``<not saved>`` in the caller.
         """
@@ -613,7 +613,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         caller_interrupted = row.signal
         if not caller_interrupted and caller_pc not in walk.return_addresses:
             if return_address_problem(caller_pc, arch, walk.addresses):
-                # A return address that cannot be one (sframe_core.addresses):
+                # A return address that cannot be one (sframe_core.unwind.addresses):
                 # the stack is corrupt.
                 return self._stop(pending_frame, pc, regs.get(arch.sp), row.func_start,
                                   regs_info, True, level)

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 
 import lldb
 
-from sframe_core.backtrace import LLDB_STYLE, explain_stop, thread_lines
-from sframe_core.describe import describe_row, lookup_text
-from sframe_core.errors import SFrameError
-from sframe_core.unwind import Frame, Stop, StopReason, walk
+from sframe_core.base.errors import SFrameError
+from sframe_core.format.describe import describe_row, lookup_text
+from sframe_core.targets.backtrace import LLDB_STYLE, explain_stop, thread_lines
+from sframe_core.unwind.step import Frame, Stop, StopReason, walk
 from sframe_core.version import __version__
 
 from .target import INVALID, TargetInfo, info_for, innermost, process_memory

@@ -31,7 +31,7 @@ import threading
 
 import lldb
 
-from sframe_core.errors import SFrameError
+from sframe_core.base.errors import SFrameError
 
 __all__ = ["install", "attached", "supported"]
 
@@ -67,7 +67,7 @@ def _symbol_file(path: str) -> str | None:
     LLDB goes on with the module's own file and the stop-hook hands the
     module to the frame provider until the file is ready.
     """
-    from sframe_core.symfile import cached_symbol_file, read_module, symbol_file_for
+    from sframe_core.symfiles.symfile import cached_symbol_file, read_module, symbol_file_for
 
     from . import symfiles
     from .target import warn_once

@@ -26,9 +26,9 @@ import lldb
 from lldb.plugins.scripted_frame_provider import ScriptedFrameProvider
 from lldb.plugins.scripted_process import ScriptedFrame
 
-from sframe_core.abi import Arch
-from sframe_core.backtrace import describe_stop
-from sframe_core.unwind import MAX_FRAMES, NORMAL_ENDS, OUTERMOST_ENDS, Frame, Stop, StopReason, walk
+from sframe_core.base.abi import Arch
+from sframe_core.targets.backtrace import describe_stop
+from sframe_core.unwind.step import MAX_FRAMES, NORMAL_ENDS, OUTERMOST_ENDS, Frame, Stop, StopReason, walk
 
 from . import registry
 from .target import INVALID, frame_registers, info_for, process_memory, target_key, warn_once

@@ -42,9 +42,9 @@ from typing import NamedTuple
 
 import lldb
 
-from sframe_core.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X
-from sframe_core.errors import SFrameError
-from sframe_core.symjobs import Job, JobResult
+from sframe_core.base.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X
+from sframe_core.base.errors import SFrameError
+from sframe_core.symfiles.jobs import Job, JobResult
 
 from . import locate
 from .target import LLDBModule, info_for, target_key, warn_once
@@ -134,8 +134,8 @@ def in_background(path: str) -> bool:
     from .registry import supported
     if not supported():
         return False
-    from sframe_core.symfile import has_debug_information
-    from sframe_core.symjobs import made_at_once
+    from sframe_core.symfiles.jobs import made_at_once
+    from sframe_core.symfiles.symfile import has_debug_information
     if made_at_once(path):
         return False
     return late_add_keeps_types() or not has_debug_information(path)
@@ -221,7 +221,7 @@ def _generate(path: str) -> str:
     separate debug file gdb and LLDB would find (build-id directory,
     ``.gnu_debuglink``), so adding it never loses variables or line tables.
     """
-    from sframe_core.symfile import symbol_file_for
+    from sframe_core.symfiles.symfile import symbol_file_for
     made = symbol_file_for(path)
     if made.warning:
         warn_once(("symfile-warning", made.warning), made.warning)
@@ -275,7 +275,7 @@ def _job_file(result: JobResult) -> str:
 
 def _now_or_later(target: lldb.SBTarget, path: str) -> str | None:
     """The symbol file to add now, or None: a worker makes it, the provider serves meanwhile."""
-    from sframe_core.symfile import cached_symbol_file
+    from sframe_core.symfiles.symfile import cached_symbol_file
     cached = cached_symbol_file(path)
     if cached is not None:
         if cached.warning:

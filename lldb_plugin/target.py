@@ -1,7 +1,7 @@
 """What the core needs from LLDB: modules, memory, registers (SB API only).
 
 Nothing here knows the SFrame format or how to unwind; it turns an
-``SBTarget`` into a ``sframe_core.modules.ModuleTable`` (section bytes from
+``SBTarget`` into a ``sframe_core.targets.modules.ModuleTable`` (section bytes from
 ``SBSection.GetSectionData``, which works for core files; bias = load
 address - file address), an ``SBProcess`` into a ``Memory`` and an
 ``SBFrame`` into a register map by DWARF number (names from ``abi.py``).
@@ -15,12 +15,12 @@ from collections.abc import Callable
 
 import lldb
 
-from sframe_core.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
-from sframe_core.addresses import AddressMap, Region, name_stacks
-from sframe_core.errors import SFrameError
-from sframe_core.memory import PageCache
-from sframe_core.modules import Module, ModuleTable
-from sframe_core.unwind import Frame
+from sframe_core.base.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
+from sframe_core.base.errors import SFrameError
+from sframe_core.base.memory import PageCache
+from sframe_core.targets.modules import Module, ModuleTable
+from sframe_core.unwind.addresses import AddressMap, Region, name_stacks
+from sframe_core.unwind.step import Frame
 
 __all__ = ["TargetInfo", "process_memory", "target_key", "info_for", "frame_registers",
            "warn_once", "warn", "arch_for_triple", "INVALID"]
@@ -158,7 +158,7 @@ class TargetInfo:
         self.table = ModuleTable(modules)
 
     def addresses(self, process: lldb.SBProcess, sp: int | None = None) -> AddressMap:
-        """What is mapped where (``sframe_core.addresses``): the modules' code,
+        """What is mapped where (``sframe_core.unwind.addresses``): the modules' code,
         then LLDB's memory regions (live processes and cores), one lookup
         per page outside it. An unnamed region holding ``sp`` is the stack."""
         def find(address: int) -> Region | None:

@@ -19,8 +19,8 @@ from pathlib import Path
 from elftools.elf.elffile import ELFFile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's sframe_core
-from sframe_core.section import SFrameSection
-from sframe_core.symbols import SymbolTable
+from sframe_core.format.section import SFrameSection
+from sframe_core.targets.symbols import SymbolTable
 
 
 def plant(source: Path, function: str, out: Path) -> str:

@@ -5,8 +5,8 @@ The shared core of sframe-gdb. It never imports gdb or lldb: the adapters
 gives back caller frames.
 """
 
-from .errors import FileError, FormatError, SFrameError
-from .section import Lookup, SFrameSection
+from .base.errors import FileError, FormatError, SFrameError
+from .format.section import Lookup, SFrameSection
 
 __all__ = ["SFrameError", "FormatError", "FileError", "SFrameSection", "Lookup", "__version__"]
 from .version import __version__

@@ -34,7 +34,7 @@ __all__ = ["ensure", "missing", "python_version"]
 # Import names, and what to tell a user to install.
 _NEEDED = (("sframe_core", "the sframe_core package"), ("elftools", "pyelftools"))
 # Looked for the same way, but the adapters work without it: capstone
-# decodes functions for the callee-saved register rules (sframe_core/saved.py);
+# decodes functions for the callee-saved register rules (sframe_core/analysis/saved.py);
 # without it those registers are unknown in caller frames, as without the
 # analysis.
 _OPTIONAL = ("capstone",)

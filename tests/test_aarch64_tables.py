@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from sframe_core.effects import Effect, Flow, aarch64_jump_table, aarch64_jump_tables
+from sframe_core.analysis.effects import Effect, Flow, aarch64_jump_table, aarch64_jump_tables
 
 BASE = 0x400000
 TABLE = 0x4b0000

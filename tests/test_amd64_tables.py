@@ -19,8 +19,8 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
 from helpers import realprogs as rp
 
-from sframe_core.effects import Effect, Flow, amd64_jump_tables, decoder_for
-from sframe_core.elf import read_elf
+from sframe_core.analysis.effects import Effect, Flow, amd64_jump_tables, decoder_for
+from sframe_core.format.elf import read_elf
 
 BASE = 0x10000
 SIZE = 4  # every hand-written instruction takes 4 bytes

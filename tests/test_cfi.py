@@ -23,8 +23,10 @@ from elftools.dwarf.constants import DW_CFA
 from elftools.elf.elffile import ELFFile
 from helpers import missing
 
-from sframe_core.abi import AARCH64_LE, AMD64, Arch
-from sframe_core.cfi import (
+from sframe_core.base.abi import AARCH64_LE, AMD64, Arch
+from sframe_core.base.errors import FileError, FormatError
+from sframe_core.base.rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
+from sframe_core.dwarf.cfi import (
     CFITable,
     CIEInfo,
     DefCfaExpression,
@@ -33,8 +35,6 @@ from sframe_core.cfi import (
     execute,
     rule_from_expression,
 )
-from sframe_core.errors import FileError, FormatError
-from sframe_core.rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
 
 LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")
 RSP, RBP, RBX, R12, RIP = 7, 6, 3, 12, 16

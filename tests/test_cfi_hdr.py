@@ -22,9 +22,9 @@ from elftools.elf.elffile import ELFFile
 from helpers import FIXTURES, X86, missing
 from helpers.oracle import gdb_run, sframe
 
-from sframe_core import cfi
-from sframe_core.cfi import CFITable
-from sframe_core.errors import FormatError
+from sframe_core.base.errors import FormatError
+from sframe_core.dwarf import cfi
+from sframe_core.dwarf.cfi import CFITable
 
 LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")
 LOADER = Path("/lib64/ld-linux-x86-64.so.2")

@@ -12,11 +12,11 @@ import pytest
 from helpers import ROOT
 from helpers.manifest import Entry, GoldenFDE, fixture_path, manifest_params, parse_golden, require
 
-from sframe_core.cli import main
-from sframe_core.dump import fre_columns
-from sframe_core.elf import open_sframe
-from sframe_core.format import FDE_SIZE
-from sframe_core.section import SFrameSection
+from sframe_core.cli.commands import main
+from sframe_core.format.dump import fre_columns
+from sframe_core.format.elf import open_sframe
+from sframe_core.format.records import FDE_SIZE
+from sframe_core.format.section import SFrameSection
 
 LINKED = manifest_params(lambda e: e["kind"] != "obj", unique_golden=True)
 
@@ -101,7 +101,7 @@ def test_raw_lookup_matches_file_lookup(capsys: pytest.CaptureFixture[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The same words from the section's bytes alone as from the file, except
     the callee-saved registers: only the file has the code that places them."""
-    from sframe_core import section
+    from sframe_core.format import section
 
     entry = require(next(iter(p.values[0] for p in LINKED)))
     golden = parse_golden(fixture_path(entry, "golden").read_text())

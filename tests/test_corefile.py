@@ -20,8 +20,8 @@ import pytest
 from helpers import X86
 from helpers.oracle import PRODUCERS, gdb_run, one_line_error, our_pcs, sframe, sframe_json
 
-from sframe_core.corefile import open_core
-from sframe_core.errors import FileError
+from sframe_core.base.errors import FileError
+from sframe_core.targets.corefile import open_core
 
 LIBC_TAIL = ["__libc_start_call_main", "__libc_start_main"]
 

@@ -421,7 +421,7 @@ def test_gdb18_symbol_file_without_plugin(entry: Entry | None, tmp_path: Path) -
     ``sframe to-dwarf``'s file (``add-symbol-file``: these are static
     executables): the twin's frames down to main, from the generated
     ``.debug_frame`` alone (aarch64 with PAC A and B keys, s390x)."""
-    from sframe_core.symfile import write_symbol_file
+    from sframe_core.symfiles.symfile import write_symbol_file
 
     entry = require(entry)
     arch = entry["arch"]
@@ -461,7 +461,7 @@ def test_lldb_symbol_file_pac(entry: Entry | None, tmp_path: Path) -> None:
     where SFrame says the RA is signed) as f2's unwind plan. (LLDB's own
     instruction emulation gets this small program right too: the test shows
     the symbol file never makes it worse.)"""
-    from sframe_core.symfile import write_symbol_file
+    from sframe_core.symfiles.symfile import write_symbol_file
 
     entry = require(entry)
     lldb = DEBUGGERS / "lldb-23"
@@ -494,7 +494,7 @@ def test_lldb_symbol_file_pac(entry: Entry | None, tmp_path: Path) -> None:
 # gdb-multiarch at a deep stop: every callee-saved register (r6-r15, f8-f15)
 # and every variable in scope, in every caller frame. The oracle is gdb's own
 # DWARF unwinder on the twin (.eh_frame), without the plugin; ours is the
-# plugin on .noeh (SFrame + the code analysis of sframe_core.saved). Each
+# plugin on .noeh (SFrame + the code analysis of sframe_core.analysis.saved). Each
 # value ours shows must equal the oracle's; "unavailable" is allowed.
 
 S390X_BZIP2 = FIXTURES / "realprogs" / "s390x" / "bzip2" / "bzip2"

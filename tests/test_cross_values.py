@@ -40,8 +40,8 @@ from helpers import DEBUGGERS, FIXTURES
 from helpers.gdbtools import VALUES_SCRIPT, FrameValues, parse_values
 from helpers.qemutools import GDB_PLUGIN, QemuStub, missing, repro, run, tool
 
-from sframe_core.effects import Flow, aarch64_jump_tables, decoder_for
-from sframe_core.elf import read_elf
+from sframe_core.analysis.effects import Flow, aarch64_jump_tables, decoder_for
+from sframe_core.format.elf import read_elf
 
 pytestmark = [pytest.mark.gdb, pytest.mark.slow]
 
@@ -76,7 +76,8 @@ def _session(gdb: str, exe: Path, workdir: Path, breakpoint: str, *, plugin: boo
     if plugin:
         cmd += ["-ex", f"source {GDB_PLUGIN}"]
     if not analysis:  # SFrame's CFA/RA/FP rules only (the control), by the Python unwinder
-        cmd += ["-ex", "python import sframe_core.section; sframe_core.section.SAVED_REGISTERS = False"]
+        cmd += ["-ex", "python import sframe_core.format.section; "
+                       "sframe_core.format.section.SAVED_REGISTERS = False"]
     cmd += ["-ex", f"target remote 127.0.0.1:{stub.port}", "-ex", f"tbreak {breakpoint}",
             "-ex", "continue", "-ex", f"set $values_depth = {DEPTH}"]
     if both_modes:

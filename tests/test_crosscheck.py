@@ -3,7 +3,7 @@
 gas writes ``.sframe`` from the same ``.cfi_*`` directives as ``.eh_frame``,
 so for every PC an SFrame FDE covers, the two decoders must agree on the CFA
 rule and on where the RA and the FP are. The comparison is
-``sframe_core.verify`` (what ``sframe verify`` runs): a disagreement is a bug
+``sframe_core.cli.verify`` (what ``sframe verify`` runs): a disagreement is a bug
 in one of the two decoders, unless it is one of the named cases there
 (``PLT_EXPRESSION``, ``OBJ_AMBIGUOUS``, the ``.plt.got`` erratum), each of
 which is a property of the toolchain's output, not a tolerance. This is
@@ -22,10 +22,8 @@ from elftools.elf.elffile import ELFFile
 from helpers import FIXTURES, missing
 from helpers.manifest import load_manifest, manifest_params, require
 
-from sframe_core.cfi import CFITable
-from sframe_core.elf import read_elf
-from sframe_core.rows import CFARule
-from sframe_core.verify import (
+from sframe_core.base.rows import CFARule
+from sframe_core.cli.verify import (
     AGREES,
     CANNOT_SAY,
     DISAGREES,
@@ -35,6 +33,8 @@ from sframe_core.verify import (
     PLT_GOT_ERRATUM,
     verify_file,
 )
+from sframe_core.dwarf.cfi import CFITable
+from sframe_core.format.elf import read_elf
 
 ARCHES = ("x86_64", "aarch64", "s390x")
 RSP = 7

@@ -15,10 +15,10 @@ import re
 import pytest
 from helpers.manifest import Entry, fixture_path, golden_body, manifest_params, require
 
-from sframe_core.cli import main
-from sframe_core.dump import dump_json, dump_text
-from sframe_core.elf import open_sframe
-from sframe_core.section import SFrameSection
+from sframe_core.cli.commands import main
+from sframe_core.format.dump import dump_json, dump_text
+from sframe_core.format.elf import open_sframe
+from sframe_core.format.section import SFrameSection
 
 
 def norm_v1_240(lines: list[str], entry: Entry) -> list[str]:

@@ -1,5 +1,5 @@
 """SFrame as DWARF CFI: the generated ``.debug_frame`` read back with our CFI
-reader (``sframe_core.cfi.CFITable``, the one that reads ``.eh_frame`` for the
+reader (``sframe_core.dwarf.cfi.CFITable``, the one that reads ``.eh_frame`` for the
 unwinder) gives the SFrame rows at every PC of every fixture; the symbol file's
 layout; the cache; ``sframe to-dwarf``.
 
@@ -35,14 +35,14 @@ from helpers.manifest import Entry, manifest_params, require
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sframe_core import symfile
-from sframe_core.abi import AARCH64_LE, AMD64, S390X, Arch
-from sframe_core.cfi import CFITable
-from sframe_core.cli import main
-from sframe_core.dwarf import Function, debug_frame, eh_frame, encode_functions
-from sframe_core.elf import read_elf
-from sframe_core.errors import FileError, FormatError, SFrameError
-from sframe_core.rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
+from sframe_core.base.abi import AARCH64_LE, AMD64, S390X, Arch
+from sframe_core.base.errors import FileError, FormatError, SFrameError
+from sframe_core.base.rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
+from sframe_core.cli.commands import main
+from sframe_core.dwarf.cfi import CFITable
+from sframe_core.dwarf.debug_frame import Function, debug_frame, eh_frame, encode_functions
+from sframe_core.format.elf import read_elf
+from sframe_core.symfiles import symfile
 
 CFA_AT = RuleKind.AT_CFA
 
@@ -317,7 +317,7 @@ def test_signal_and_pac(tmp_path: Path) -> None:
 def test_eh_frame(start: int, tmp_path: Path) -> None:
     """``.eh_frame`` as gas writes it (CIE id 0, ``zR``, pc-relative FDE
     addresses, a zero terminator; ``zRS`` for a signal frame), read back to
-    the same rows by ``sframe_core.cfi`` (pyelftools) and decoded by readelf.
+    the same rows by ``sframe_core.dwarf.cfi`` (pyelftools) and decoded by readelf.
     An address 4 GiB or more away from the section gets pc-relative sdata8."""
     arch = AMD64
     plain = _rows(arch, (start, CFARule(arch.sp, 8), Rule(CFA_AT, -8), SAME),
@@ -374,8 +374,8 @@ def test_eh_frame_only_in_lldbs_symbol_file(tmp_path: Path) -> None:
 
 def test_corrupt_pcmask_is_bounded() -> None:
     """A PC-mask FDE claiming millions of blocks is an error, not millions of FDEs."""
-    from sframe_core.format import FDE
-    from sframe_core.section import SFrameSection
+    from sframe_core.format.records import FDE
+    from sframe_core.format.section import SFrameSection
 
     class Section:
         arch = AMD64
@@ -435,7 +435,7 @@ def test_symbol_file_layout(parts: tuple[str, ...], tmp_path: Path) -> None:
     if any(name == ".symtab" for name, *_ in before):
         assert added == frames
     else:
-        # A stripped module: function symbols for LLDB (sframe_core/elfsyms.py).
+        # A stripped module: function symbols for LLDB (sframe_core/symfiles/elfsyms.py).
         assert added == [*frames, (".strtab", "SHT_STRTAB"), (".symtab", "SHT_SYMTAB")]
     with open(module, "rb") as stream:
         flags = [s["sh_flags"] for s in ELFFile(stream).iter_sections()]
@@ -651,7 +651,7 @@ def test_two_debuggers_at_once(tmp_path: Path) -> None:
     file remains, no temporary file is left."""
     module = str(_fixture("x86_64", "bu2.40-v1", "bigfunc.noeh"))
     cache = str(tmp_path / "cache")
-    code = ("import sys; from sframe_core.symfile import symbol_file_for; "
+    code = ("import sys; from sframe_core.symfiles.symfile import symbol_file_for; "
             "print(symbol_file_for(sys.argv[1], cache=sys.argv[2]).path)")
     procs = [subprocess.Popen([sys.executable, "-c", code, module, cache],
                               stdout=subprocess.PIPE, text=True) for _ in range(4)]
@@ -794,7 +794,7 @@ def test_mutated_sframe_gives_one_error_or_rows(flips: list[int]) -> None:
     SFrameError (nothing else), quickly, in bounded memory."""
     import tracemalloc
 
-    from sframe_core.section import SFrameSection
+    from sframe_core.format.section import SFrameSection
 
     data, address = _seed()
     raw = bytearray(data)

@@ -19,7 +19,7 @@ import pytest
 from helpers import X86, missing, need
 from helpers.gdbtools import GDBS, Gdb, gdb_version
 
-from sframe_core.cli import main
+from sframe_core.cli.commands import main
 
 pytestmark = [pytest.mark.gdb]
 
@@ -106,12 +106,12 @@ def _value(g: Gdb, expression: str) -> str:
 def _check_saved_registers(g: Gdb) -> None:
     """Frame 2's callee-saved registers come from frame 1's CFI (frame 0 stops
     on a `ret`, where gdb's own amd64 epilogue unwinder answers instead). The
-    symbol file says what our rows say (sframe_core.saved's rules, or
+    symbol file says what our rows say (sframe_core.analysis.saved's rules, or
     undefined): where a row has no rule gdb shows ``<not saved>``, never
     another frame's value; a saved slot gives the word at CFA + offset; an
     unchanged register gives frame 1's value."""
-    from sframe_core.elf import open_sframe
-    from sframe_core.rows import RuleKind
+    from sframe_core.base.rows import RuleKind
+    from sframe_core.format.elf import open_sframe
 
     mappings = g.cmd("info proc mappings")
     g.cmd("frame 1")

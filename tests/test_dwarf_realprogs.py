@@ -1,6 +1,6 @@
 """Symbol files on real programs (Debian lua5.4 and bzip2 at -O2 -g): a stripped
 ``.noeh`` binary whose debug information is in a separate debug file (as with
-Debian's -dbgsym packages), plus the symbol file ``sframe_core.symfile`` makes
+Debian's -dbgsym packages), plus the symbol file ``sframe_core.symfiles.symfile`` makes
 from both. Plain gdb and eu-stack, given only the symbol file, show the twin's
 frames: same PCs, functions (inlined ones too), files and lines; every
 argument either equals the twin's or is unavailable, never another value.
@@ -22,7 +22,7 @@ from helpers import missing
 from helpers.gdbtools import GDBS, Gdb, gdb_version
 from helpers.realprogs import PROGRAMS, Program, available, gdb_stops
 
-from sframe_core import symfile
+from sframe_core.symfiles import symfile
 
 pytestmark = [pytest.mark.gdb]
 

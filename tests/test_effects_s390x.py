@@ -1,4 +1,4 @@
-"""The s390x instruction effects (sframe_core.effects_s390x) on hand-assembled
+"""The s390x instruction effects (sframe_core.analysis.s390x) on hand-assembled
 instructions, and the analysis over a hand-assembled gcc-style function. The
 proof on real code is tests/test_saved.py (every PC of the s390x deep fixture
 and of bzip2 for s390x against .eh_frame)."""
@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 from helpers import FIXTURES
 
-from sframe_core.abi import S390X
-from sframe_core.effects import UNKNOWN_OP, Base, Flow, Load, SPOp, Store, decoder_for
-from sframe_core.effects_s390x import s390x_jump_table
-from sframe_core.elf import read_elf
-from sframe_core.rows import SAME, CFARule, Rule, RuleKind
-from sframe_core.saved import analyse
+from sframe_core.analysis.effects import UNKNOWN_OP, Base, Flow, Load, SPOp, Store, decoder_for
+from sframe_core.analysis.s390x import s390x_jump_table
+from sframe_core.analysis.saved import analyse
+from sframe_core.base.abi import S390X
+from sframe_core.base.rows import SAME, CFARule, Rule, RuleKind
+from sframe_core.format.elf import read_elf
 
 F8, F9, F15 = 24, 28, 31
 

@@ -15,8 +15,8 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from helpers import FIXTURES
 
-from sframe_core import elf as elfmod
-from sframe_core.files import elf_layout, open_elf
+from sframe_core.base.files import elf_layout, open_elf
+from sframe_core.format import elf as elfmod
 
 HOST = [Path("/lib/x86_64-linux-gnu/libc.so.6"), Path("/lib64/ld-linux-x86-64.so.2")]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from helpers.manifest import FDEDef, FREDef, build_section
 
-from sframe_core.abi import AARCH64_BE, AARCH64_LE, S390X
-from sframe_core.dump import dump_text
-from sframe_core.rows import CFARule, Rule, RuleKind
-from sframe_core.section import SFrameSection
+from sframe_core.base.abi import AARCH64_BE, AARCH64_LE, S390X
+from sframe_core.base.rows import CFARule, Rule, RuleKind
+from sframe_core.format.dump import dump_text
+from sframe_core.format.section import SFrameSection
 
 # 14.2: v3 flex, binutils 2.46, sh_addr 0x402040 (one FDE).
 FLEX = bytes.fromhex(

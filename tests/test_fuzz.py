@@ -16,9 +16,9 @@ from helpers.manifest import find_entry, fixture_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sframe_core.dump import dump_json, dump_text
-from sframe_core.errors import SFrameError
-from sframe_core.section import SFrameSection
+from sframe_core.base.errors import SFrameError
+from sframe_core.format.dump import dump_json, dump_text
+from sframe_core.format.section import SFrameSection
 
 PRODUCERS = ("bu2.40-v1", "bu2.44-v2", "busid-v3")
 MEMORY_LIMIT = 8 << 20  # bytes: far above what a few-KiB section needs
@@ -124,7 +124,7 @@ def test_fast_fre_search_agrees_with_the_checked_walk(producer: str, where: int,
     """One byte of the FRE sub-section changed: ``fre_finder``'s tight loop
     must give exactly what ``_walk_fres`` gives, result or error, at every
     offset of every FDE around the change (so no check was dropped for speed)."""
-    from sframe_core.format import _checked_find_fre, decode_fde, fre_finder, parse_header
+    from sframe_core.format.records import _checked_find_fre, decode_fde, fre_finder, parse_header
 
     data, address = seed(producer)
     hdr = parse_header(data)

@@ -167,7 +167,7 @@ def test_frame_ids_up_down_finish(gdb_path: str) -> None:
         _no_python_errors(info)
         assert "Stack level 3" in info and "caller of frame at" in info
         assert "saved rip = " in info and "<not saved>" not in info.split("saved rip = ")[1][:20]
-        # rbx in f1: where the code analysis (sframe_core.saved) finds it,
+        # rbx in f1: where the code analysis (sframe_core.analysis.saved) finds it,
         # or unknown; never another value than the twin's.
         rbx = g.cmd("p/x $rbx")
         twin_rbx = _twin_register(gdb_path, need(X86 / "bu2.44-v2" / "deep"), 3, "rbx")
@@ -638,7 +638,7 @@ def _twin_register(gdb_path: str, program: Path, level: int, reg: str) -> str:
 # -- inside the frames: callee-saved registers and variables -----------------------
 #
 # At one stop, gdb's own unwinder (DWARF CFI from .eh_frame: `set sframe mode
-# off`) and ours (`always`: SFrame, with the rules of sframe_core.saved) are
+# off`) and ours (`always`: SFrame, with the rules of sframe_core.analysis.saved) are
 # asked for the same things in the same process: every callee-saved register
 # and every variable in scope, in every caller frame. Ours must show the same
 # value or "unavailable"; a different value fails the test.

@@ -22,8 +22,8 @@ import pytest
 from helpers.gdbtools import Gdb, fixture, parse_bt
 from helpers.host_programs import HostProgram, build
 
-from sframe_core.elf import read_elf
-from sframe_core.section import SFrameSection
+from sframe_core.format.elf import read_elf
+from sframe_core.format.section import SFrameSection
 
 pytestmark = [pytest.mark.gdb]
 

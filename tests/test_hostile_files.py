@@ -18,7 +18,7 @@ import pytest
 from helpers import ROOT, X86
 from helpers.oracle import one_line_error
 
-from sframe_core.files import MAX_SECTION_SIZE
+from sframe_core.base.files import MAX_SECTION_SIZE
 
 DEEP = X86 / "bu2.40-v1" / "deep.noeh"
 V3 = X86 / "busid-v3" / "deep.noeh"

@@ -188,7 +188,7 @@ def test_ctrl_c_while_stopped_detaches_and_exits_130() -> None:
     """SIGINT while every thread is stopped: let go, one line, exit 130.
 
     ``SFRAME_TEST_HOLD_STOPPED`` keeps the threads stopped after the copy, so
-    the signal arrives at the worst moment (see sframe_core/ptrace.py)."""
+    the signal arrives at the worst moment (see sframe_core/targets/ptrace.py)."""
     with running(_fixture("deep.noeh"), "sleep") as proc:
         cli = subprocess.Popen([sys.executable, "-m", "sframe_core", "backtrace", "--pid",
                                 str(proc.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

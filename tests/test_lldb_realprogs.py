@@ -219,7 +219,7 @@ def test_lldb21_symbol_file_given_at_creation_loses_addresses_too(tmp_path: Path
     file's DWARF addresses in that file's own sections, which never get load
     addresses: a breakpoint by name is never hit. 22 resolves them in the
     module's. Fails (and says so) the day a 21.x behaves like 22."""
-    from sframe_core.symfile import symbol_file_for
+    from sframe_core.symfiles.symfile import symbol_file_for
     lua = PROGRAMS["lua5.4"]
     binary = lua.path("busid-v3", "noeh")
     made = symbol_file_for(str(binary), cache=str(tmp_path))

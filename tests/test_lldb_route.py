@@ -413,7 +413,7 @@ def test_unwritable_cache_dir(version: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_cache_is_pruned_and_reuse_touches(version: str, tmp_path: Path) -> None:
     """A symbol file unused for 30 days goes when LLDB makes a new one; a reused
-    one counts as used now (sframe_core/symcache.py)."""
+    one counts as used now (sframe_core/symfiles/cache.py)."""
     twin, binary = _need(V3 / "deep"), _need(V3 / "deep.noeh.stripped")
     cache = tmp_path / "cache" / "sframe-gdb" / "symbols"
     cache.mkdir(parents=True)
@@ -447,12 +447,12 @@ def test_stripped_without_build_id(version: str, tmp_path: Path) -> None:
 
 def test_stripped_symbol_file_has_function_symbols(tmp_path: Path) -> None:
     """Without a symbol table LLDB refuses a symbol file and cannot unwind
-    frame 0: one function symbol per FDE (sframe_core/elfsyms.py)."""
+    frame 0: one function symbol per FDE (sframe_core/symfiles/elfsyms.py)."""
     from elftools.dwarf.callframe import FDE
     from elftools.elf.elffile import ELFFile
 
-    from sframe_core import symfile
-    from sframe_core.elfsyms import SYMBOL_PREFIX
+    from sframe_core.symfiles import symfile
+    from sframe_core.symfiles.elfsyms import SYMBOL_PREFIX
     module = _need(V3 / "realign.noeh.stripped")
     out = tmp_path / "out.debug"
     symfile.write_symbol_file(str(module), str(out))
@@ -473,7 +473,7 @@ def test_stripped_symbol_file_has_function_symbols(tmp_path: Path) -> None:
 def test_stripped_and_unstripped_twins_get_their_own_symbol_files(tmp_path: Path) -> None:
     """Same build-id, same .sframe: the stripped file's symbol file (made-up
     function symbols) must not be reused for the file that has its symbols."""
-    from sframe_core import symfile
+    from sframe_core.symfiles import symfile
     stripped = symfile.symbol_file_for(str(_need(V3 / "deep.noeh.stripped")), cache=str(tmp_path))
     full = symfile.symbol_file_for(str(_need(V3 / "deep.noeh")), cache=str(tmp_path))
     assert stripped.path != full.path and not full.cached

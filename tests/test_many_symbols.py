@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers.oracle import build_many_symbols, gdb_run, sframe_json
 
-from sframe_core.symbols import SymbolTable
+from sframe_core.targets.symbols import SymbolTable
 
 COUNT = 90_000
 

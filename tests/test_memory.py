@@ -1,8 +1,8 @@
-"""sframe_core.memory.PageCache: one read per page, exact reads where a page fails."""
+"""sframe_core.base.memory.PageCache: one read per page, exact reads where a page fails."""
 
 from __future__ import annotations
 
-from sframe_core.memory import PAGE_SIZE, PageCache
+from sframe_core.base.memory import PAGE_SIZE, PageCache
 
 
 class FakeTarget:

@@ -1,4 +1,4 @@
-"""Callee-saved registers (sframe_core.saved): the static proof against ``.eh_frame``, every PC.
+"""Callee-saved registers (sframe_core.analysis.saved): the static proof against ``.eh_frame``, every PC.
 
 For every twin fixture (x86_64 v1/v2/v3, aarch64 with and without PAC,
 s390x) and every real Debian program build (lua5.4 and bzip2 at -O2, -O2
@@ -19,9 +19,9 @@ from helpers import FIXTURES, savedcheck
 from helpers import realprogs as rp
 from helpers.manifest import manifest_params, require
 
-from sframe_core import section as section_mod
-from sframe_core.elf import read_elf
-from sframe_core.rows import SAME, Rule, RuleKind
+from sframe_core.base.rows import SAME, Rule, RuleKind
+from sframe_core.format import section as section_mod
+from sframe_core.format.elf import read_elf
 
 # Coverage floors: gcc -O2 x86-64 code is the target (>= 95%).
 FLOORS = {"busid-v3": 0.995, "bu2.40-v1": 0.995, "bu2.44-v2": 0.995, "busid-v3-Os": 0.995,
@@ -119,7 +119,7 @@ def test_rows_carry_the_rules_and_the_switch_turns_them_off() -> None:
 
 
 def test_analysis_is_cached_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sframe_core import saved
+    from sframe_core.analysis import saved
 
     section = read_elf(_lua()).open()
     assert section is not None
@@ -137,7 +137,7 @@ def test_analysis_is_cached_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_no_code_no_rules(tmp_path: Path) -> None:
     """A section opened from bytes alone (no file to read code from) has no rules."""
-    from sframe_core.section import SFrameSection
+    from sframe_core.format.section import SFrameSection
 
     info = read_elf(_lua())
     assert info.data is not None and info.sframe_address is not None

@@ -1,4 +1,4 @@
-"""The symbol-file cache stays bounded (sframe_core/symcache.py) and ``sframe cache``."""
+"""The symbol-file cache stays bounded (sframe_core/symfiles/cache.py) and ``sframe cache``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from helpers import X86
 
-from sframe_core import symcache, symfile
-from sframe_core.cli import main
+from sframe_core.cli.commands import main
+from sframe_core.symfiles import cache as symcache
+from sframe_core.symfiles import symfile
 
 DAY = 86400.0
 V3 = X86 / "busid-v3"

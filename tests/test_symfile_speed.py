@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 from helpers import FIXTURES, ROOT
 
-from sframe_core import effects, symfile
-from sframe_core.effects import Effect, decoder_for
-from sframe_core.elf import read_elf
+from sframe_core.analysis import effects
+from sframe_core.analysis.effects import Effect, decoder_for
+from sframe_core.format.elf import read_elf
+from sframe_core.symfiles import symfile
 
 LUA_X86 = FIXTURES / "realprogs" / "lua5.4" / "busid-v3" / "lua5.4.noeh"
 LUA_A64 = FIXTURES / "realprogs-aarch64" / "lua5.4" / "lua5.4.noeh"
@@ -145,7 +146,7 @@ def test_printed_targets() -> None:
 
 def test_s390x_trap_jump_is_not_a_moved_jump() -> None:
     """``j .+2`` traps (its target is inside it): no other ``j`` of its length stands for it."""
-    from sframe_core.abi import S390X
+    from sframe_core.base.abi import S390X
 
     decoder = decoder_for(S390X)
     assert decoder is not None

@@ -10,8 +10,8 @@ from elftools.elf.elffile import ELFFile
 from helpers import need
 from helpers.gdbtools import fixture
 
-from sframe_core.symfile import cached_symbol_file, symbol_file_for
-from sframe_core.symjobs import Job, JobResult, worker_python
+from sframe_core.symfiles.jobs import Job, JobResult, worker_python
+from sframe_core.symfiles.symfile import cached_symbol_file, symbol_file_for
 
 DEEP = fixture("x86_64", "busid-v3", "deep.noeh")
 STRIPPED = fixture("x86_64", "busid-v3", "deep.noeh.stripped")

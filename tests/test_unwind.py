@@ -10,10 +10,10 @@ import struct
 
 import pytest
 
-from sframe_core.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
-from sframe_core.errors import FormatError
-from sframe_core.rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
-from sframe_core.unwind import Frame, Step, Stop, StopReason, step, step_with_row, strip_pac, walk
+from sframe_core.base.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
+from sframe_core.base.errors import FormatError
+from sframe_core.base.rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
+from sframe_core.unwind.step import Frame, Step, Stop, StopReason, step, step_with_row, strip_pac, walk
 
 RSP, RBP, RBX, RIP = 7, 6, 3, 16
 X29, X30, SP = 29, 30, 31
@@ -387,12 +387,12 @@ def test_walk_yields_each_frame_with_its_cfa_and_row() -> None:
     stopped(items[-1], StopReason.OUTERMOST)
 
 
-# -- implausible return addresses (sframe_core.addresses) ------------------------
+# -- implausible return addresses (sframe_core.unwind.addresses) ------------------------
 
 
 def test_return_address_problems() -> None:
-    from sframe_core.abi import AMD64, S390X
-    from sframe_core.addresses import AddressMap, Region, regions_from_maps, return_address_problem
+    from sframe_core.base.abi import AMD64, S390X
+    from sframe_core.unwind.addresses import AddressMap, Region, regions_from_maps, return_address_problem
 
     maps = regions_from_maps(
         "555555554000-555555555000 r--p 00000000 08:01 42 /bin/prog\n"
@@ -445,7 +445,7 @@ def test_return_address_problems() -> None:
 
 
 def test_walk_stops_at_an_implausible_return_address() -> None:
-    from sframe_core.addresses import AddressMap, Region
+    from sframe_core.unwind.addresses import AddressMap, Region
 
     row = Row(0x401000, 0x402000, 0x401000, CFARule(AMD64.sp, 8), Rule(RuleKind.AT_CFA, -8), SAME)
 

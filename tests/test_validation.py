@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from helpers.manifest import Entry, find_entry, fixture_path
 
-from sframe_core.abi import AMD64
-from sframe_core.errors import FormatError, SFrameError
-from sframe_core.format import FDE, FDE_SIZE, FRE
-from sframe_core.rows import fre_rules
-from sframe_core.section import SFrameSection
+from sframe_core.base.abi import AMD64
+from sframe_core.base.errors import FormatError, SFrameError
+from sframe_core.base.rows import fre_rules
+from sframe_core.format.records import FDE, FDE_SIZE, FRE
+from sframe_core.format.section import SFrameSection
 
 
 def real(keep: Callable[[Entry], bool]) -> SFrameSection:
@@ -367,7 +367,7 @@ def test_flex_ra_without_offset() -> None:
 
 
 def test_host_build_validates(host_sframe_binary: Path, host_sframe_version: int) -> None:
-    from sframe_core.elf import open_sframe
+    from sframe_core.format.elf import open_sframe
     section = open_sframe(host_sframe_binary)
     # v1 on Debian 12, v2 on Debian 13: the host readelf's reading of the same file.
     assert section.version == host_sframe_version

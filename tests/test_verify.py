@@ -26,11 +26,8 @@ from helpers import FIXTURES, ROOT, need, no_section_headers
 from helpers.manifest import manifest_params, require
 from helpers.realprogs import builds
 
-from sframe_core.cli import main
-from sframe_core.elf import read_elf
-from sframe_core.format import FDE, FRE
-from sframe_core.section import SFrameSection
-from sframe_core.verify import (
+from sframe_core.cli.commands import main
+from sframe_core.cli.verify import (
     AGREES,
     CANNOT_SAY,
     ERRATUM,
@@ -46,6 +43,9 @@ from sframe_core.verify import (
     report_lines,
     verify_file,
 )
+from sframe_core.format.elf import read_elf
+from sframe_core.format.records import FDE, FRE
+from sframe_core.format.section import SFrameSection
 
 ARCHES = ("x86_64", "aarch64", "s390x")
 REAL_PROGRAMS = [str(program.path(producer)) for program, producer in builds()] + [
@@ -175,7 +175,7 @@ DEEP_V1 = FIXTURES / "x86_64" / "bu2.40-v1" / "deep"
 
 
 def _fde(path: Path, name: str) -> tuple[SFrameSection, FDE]:
-    from sframe_core.symbols import SymbolTable
+    from sframe_core.targets.symbols import SymbolTable
 
     section = read_elf(path).open()
     assert section is not None

@@ -1,8 +1,8 @@
 """The static proof for callee-saved registers: our rules against ``.eh_frame``'s, PC by PC.
 
 For every PC an SFrame FDE covers and every callee-saved register the
-analysis tracks (``sframe_core.effects.CALLEE_SAVED``), the rule the SFrame
-row carries (``sframe_core.saved``) is compared with the ``.eh_frame`` row's.
+analysis tracks (``sframe_core.analysis.effects.CALLEE_SAVED``), the rule the SFrame
+row carries (``sframe_core.analysis.saved``) is compared with the ``.eh_frame`` row's.
 Each (PC, register) pair lands in one class:
 
 - ``match``: both say the same;
@@ -44,8 +44,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from sframe_core.cfi import CFITable
-from sframe_core.effects import (
+from sframe_core.analysis.effects import (
     _A64_NAMES,
     _X86_NAMES,
     CALLEE_SAVED,
@@ -54,12 +53,13 @@ from sframe_core.effects import (
     amd64_jump_table,
     decoder_for,
 )
-from sframe_core.effects_s390x import s390x_jump_table
-from sframe_core.elf import read_elf
-from sframe_core.format import FDE
-from sframe_core.rows import Row, Rule, RuleKind
-from sframe_core.saved import Span
-from sframe_core.section import SFrameSection
+from sframe_core.analysis.s390x import s390x_jump_table
+from sframe_core.analysis.saved import Span
+from sframe_core.base.rows import Row, Rule, RuleKind
+from sframe_core.dwarf.cfi import CFITable
+from sframe_core.format.elf import read_elf
+from sframe_core.format.records import FDE
+from sframe_core.format.section import SFrameSection
 
 CLASSES = ("match", "miss", "same-eh-silent", "slot-after-restore", "same-proven-unwritten",
            "unknown-both", "padding")
@@ -209,8 +209,8 @@ def _s390x_graph(section: SFrameSection, table: CFITable, fde: FDE, code: bytes,
     the jump tables it reads)."""
     import capstone
 
-    from sframe_core.effects_s390x import _FPR_DWARF, _PAIRS
-    from sframe_core.effects_s390x import _reg as _s390x_reg
+    from sframe_core.analysis.s390x import _FPR_DWARF, _PAIRS
+    from sframe_core.analysis.s390x import _reg as _s390x_reg
 
     arch = getattr(capstone, "CS_ARCH_SYSTEMZ", None) or capstone.CS_ARCH_SYSZ
     md = capstone.Cs(arch, capstone.CS_MODE_BIG_ENDIAN)

@@ -37,16 +37,25 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO, NamedTuple
 
-from . import symcache
-from .abi import AMD64
-from .dwarf import Encoded, Function, assemble, eh_frame, encode_functions, encoded, entry_function, functions
-from .elf import ElfSFrame, read_elf
+from ..base.abi import AMD64
+from ..base.errors import FileError, FormatError, SFrameError
+from ..base.files import notes_build_id
+from ..dwarf.debug_frame import (
+    Encoded,
+    Function,
+    assemble,
+    eh_frame,
+    encode_functions,
+    encoded,
+    entry_function,
+    functions,
+)
+from ..format.elf import ElfSFrame, read_elf
+from ..format.section import SFrameSection
+from ..targets.modules import Module
+from ..targets.symbols import DEBUG_ROOTS
+from . import cache as symcache
 from .elfsyms import executable_sections, function_symbols
-from .errors import FileError, FormatError, SFrameError
-from .files import notes_build_id
-from .modules import Module
-from .section import SFrameSection
-from .symbols import DEBUG_ROOTS
 
 __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_symbol_file",
            "write_symbol_file", "default_jobs", "PARALLEL_MIN_FDES",
@@ -549,7 +558,7 @@ def _fde_ranges(data: bytes, big_endian: bool) -> list[tuple[int, int]] | None:
     from elftools.dwarf.callframe import FDE, CallFrameInfo
     from elftools.dwarf.structs import DWARFStructs
 
-    from .errors import foreign_errors
+    from ..base.errors import foreign_errors
 
     structs = DWARFStructs(little_endian=not big_endian, dwarf_format=32, address_size=8)
     try:
@@ -701,7 +710,7 @@ def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    from . import section as section_module
+    from ..format import section as section_module
 
     count = section.num_fdes
     size = max(_PART_MIN, -(-count // (jobs * 4)))
@@ -818,7 +827,7 @@ def _cache_name(plan: _Plan) -> str:
             digest.update(f"{sec.name}\0{sec.type}\0{sec.size}\0".encode())
     if not plan.symbols:
         digest.update(b"no function symbols, no debug information\0")
-    from . import section as section_module
+    from ..format import section as section_module
     if not section_module.SAVED_REGISTERS:
         # Turned off (a control run, or no capstone wanted): the rules differ.
         digest.update(b"no saved-register rules\0")

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .abi import Arch
-from .unwind import Memory, Stop, StopReason, stop_without_row
+from ..base.abi import Arch
+from .step import Memory, Stop, StopReason, stop_without_row
 
 __all__ = ["is_sigreturn", "entry_stop"]
 

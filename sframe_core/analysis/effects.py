@@ -18,7 +18,7 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from .abi import Arch
+from ..base.abi import Arch
 
 __all__ = ["Flow", "Base", "Store", "Load", "Effect", "decoder_for", "capstone_available",
            "CALLEE_SAVED", "amd64_jump_table", "aarch64_jump_table", "aarch64_jump_tables"]
@@ -151,7 +151,7 @@ def decoder_for(arch: Arch) -> _Decoder | None:
         elif arch.name == "aarch64":
             decoder = _AArch64()
         elif arch.name == "s390x":
-            from .effects_s390x import S390X  # its own module: s390x has no capstone access data
+            from .s390x import S390X  # its own module: s390x has no capstone access data
 
             decoder = S390X()
     _DECODERS[arch.name] = decoder

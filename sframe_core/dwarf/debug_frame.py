@@ -22,7 +22,7 @@ well-trodden paths are used: CIE version 1, code alignment 1, data alignment
 ``B`` (aarch64 B key, as GCC and LLVM mark it) is needed. Forms without a
 factored encoding (offsets that are not multiples of 8, dereferenced CFAs,
 registers plus offsets) become DWARF expressions. The round trip through
-``sframe_core.cfi`` gives back the SFrame rows at every PC
+``sframe_core.dwarf.cfi`` gives back the SFrame rows at every PC
 (``tests/test_dwarf.py``).
 """
 
@@ -33,11 +33,11 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
-from .abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
-from .errors import FormatError
-from .format import FDE
-from .rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
-from .section import SFrameSection
+from ..base.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
+from ..base.errors import FormatError
+from ..base.rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
+from ..format.records import FDE
+from ..format.section import SFrameSection
 
 __all__ = ["CALLEE_SAVED", "MAX_BLOCKS", "debug_frame", "encode_rows", "Function",
            "functions", "entry_function", "encode_functions", "Encoded", "encoded", "assemble", "eh_frame"]

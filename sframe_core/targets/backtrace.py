@@ -25,12 +25,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
-from .abi import Arch
-from .addresses import AddressMap, Region
-from .errors import SFrameError
+from ..base.abi import Arch
+from ..base.errors import SFrameError
+from ..unwind.addresses import AddressMap, Region
+from ..unwind.step import DEFAULT_PAC_MASK, MAX_FRAMES, Frame, Memory, Stop, StopReason, walk
 from .modules import SOURCES, Mapping, Module, ModuleTable
 from .symbols import Symbolizer
-from .unwind import DEFAULT_PAC_MASK, MAX_FRAMES, Frame, Memory, Stop, StopReason, walk
 
 __all__ = [
     "Target", "FrameLine", "ThreadTrace", "trace_thread", "trace_target", "text_lines",
@@ -323,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
     if args.exe is not None:
         # The user named it: a bad executable is the command's error, not a
         # warning after a backtrace without it.
-        from .elf import read_elf
+        from ..format.elf import read_elf
 
         read_elf(args.exe)
     if args.core is not None:

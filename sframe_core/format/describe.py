@@ -8,10 +8,10 @@ is debugging a program, not the section.
 
 from __future__ import annotations
 
-from .abi import Arch
+from ..analysis.effects import CALLEE_SAVED
+from ..base.abi import Arch
+from ..base.rows import CFARule, Row, Rule, RuleKind
 from .dump import fre_columns
-from .effects import CALLEE_SAVED
-from .rows import CFARule, Row, Rule, RuleKind
 from .section import Lookup, SFrameSection
 
 __all__ = ["describe_row", "describe_cfa", "describe_rule", "lookup_text"]
@@ -145,7 +145,7 @@ def lookup_text(section: SFrameSection, hit: Lookup, *, pc: int) -> list[str]:
     notes = []
     if row.cfa != rules.cfa:
         notes.append(f"note: the section says {describe_cfa(rules.cfa, section.arch)}, a known "
-                     "producer bug corrected here (see sframe_core/errata.py)")
+                     "producer bug corrected here (see sframe_core/format/errata.py)")
     return [
         f"pc 0x{pc:x}",
         f"FDE [{fde.index}]: 0x{fde.start:x}-0x{fde.end:x} ({fde.size} bytes), "

@@ -37,10 +37,10 @@ from collections.abc import Iterable, Sequence
 from io import BytesIO
 from typing import Any, BinaryIO, NamedTuple
 
-from .abi import AARCH64_BE, AARCH64_LE, ELF_MACHINE_NAMES, Arch, arch_for_machine
-from .errors import FileError, FormatError, foreign_errors, reading_elf
-from .files import SHT_NOBITS, ElfLayout
-from .rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
+from ..base.abi import AARCH64_BE, AARCH64_LE, ELF_MACHINE_NAMES, Arch, arch_for_machine
+from ..base.errors import FileError, FormatError, foreign_errors, reading_elf
+from ..base.files import SHT_NOBITS, ElfLayout
+from ..base.rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
 
 __all__ = [
     "DefCfa", "DefCfaOffset", "DefCfaRegister", "DefCfaExpression", "Offset", "ValOffset",
@@ -711,7 +711,7 @@ class CFITable:
         if self._path is None:
             self._load()
             return
-        from .files import elf_layout, open_elf
+        from ..base.files import elf_layout, open_elf
 
         with reading_elf(self.name), open_elf(self._path, self.name) as stream:
             layout = elf_layout(stream, self.name)
@@ -785,7 +785,7 @@ class CFITable:
         assert self._path is not None
         from elftools.elf.elffile import ELFFile
 
-        from .files import open_elf
+        from ..base.files import open_elf
 
         with reading_elf(self.name), open_elf(self._path, self.name) as stream:
             self._index = self._read(ELFFile(stream))
@@ -823,7 +823,7 @@ class CFITable:
         if elf["e_type"] == "ET_REL":
             # As for .sframe in elf.py: apply the PC-relative relocations so
             # an FDE's start reads as the offset in its text section.
-            from .elf import _apply_relocations
+            from ..format.elf import _apply_relocations
 
             raw = bytearray(data)
             _apply_relocations(elf, section, raw)

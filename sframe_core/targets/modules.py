@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import SFrameError
-from .rows import Row
+from ..base.errors import SFrameError
+from ..base.rows import Row
 
 if TYPE_CHECKING:
-    from .cfi import CFITable
-    from .elf import ElfSFrame
-    from .section import SFrameSection
+    from ..dwarf.cfi import CFITable
+    from ..format.elf import ElfSFrame
+    from ..format.section import SFrameSection
 
 __all__ = ["Mapping", "Module", "ModuleTable", "SOURCES", "load_bias"]
 
@@ -111,7 +111,7 @@ class Module:
     def elf(self) -> ElfSFrame | None:
         if "elf" not in self._loaded:
             self._loaded.add("elf")
-            from .elf import read_elf
+            from ..format.elf import read_elf
             try:
                 self._elf = read_elf(self.path)
             except SFrameError as exc:
@@ -124,7 +124,7 @@ class Module:
         if "sframe" not in self._loaded:
             self._loaded.add("sframe")
             if self._sframe_loader is not None:
-                from .section import SFrameSection
+                from ..format.section import SFrameSection
                 try:
                     loaded = self._sframe_loader()
                     if loaded is not None:
@@ -172,7 +172,7 @@ class Module:
             self._loaded.add("cfi")
             info = self.elf
             if info is not None and (info.has_eh_frame or info.has_debug_frame):
-                from .cfi import CFITable
+                from ..dwarf.cfi import CFITable
                 try:
                     self._cfi = CFITable(self.path, self.bias)
                 except SFrameError as exc:
@@ -212,8 +212,8 @@ class ModuleTable:
                       on_error: Callable[[Module, SFrameError], None] | None = None,
                       ) -> ModuleTable:
         """Group file mappings by path and work out each file's load bias."""
-        from .elf import read_elf
-        from .errors import NotELFError
+        from ..base.errors import NotELFError
+        from ..format.elf import read_elf
 
         by_path: dict[str, list[Mapping]] = {}
         for m in mappings:

@@ -50,11 +50,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .abi import AARCH64_LE, AMD64, Arch
-from .addresses import Region as AddressRegion
-from .addresses import name_stacks
+from ..base.abi import AARCH64_LE, AMD64, Arch
+from ..base.errors import ProcessError
+from ..unwind.addresses import Region as AddressRegion
+from ..unwind.addresses import name_stacks
 from .corefile import NT_PRSTATUS, CoreMemory, Segment, Thread, regs_from_user_regs
-from .errors import ProcessError
 from .modules import Mapping
 
 __all__ = ["Region", "Survey", "Snapshot", "survey", "snapshot", "read_maps",

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .abi import Arch
-from .errors import SFrameError
-from .format import FDE, FRE, SFRAME_F_FDE_FUNC_START_PCREL, SFRAME_F_FDE_SORTED, Header
-from .rows import CFARule, FRERules, Rule, RuleKind, fre_rules
+from ..base.abi import Arch
+from ..base.errors import SFrameError
+from ..base.rows import CFARule, FRERules, Rule, RuleKind, fre_rules
+from .records import FDE, FRE, SFRAME_F_FDE_FUNC_START_PCREL, SFRAME_F_FDE_SORTED, Header
 from .section import SFrameSection
 
 __all__ = ["dump_lines", "dump_text", "dump_json", "fre_columns", "flag_names",

@@ -11,9 +11,9 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
+from ..format.records import FDE, FRE, Header
 from .abi import Arch
 from .errors import FormatError
-from .format import FDE, FRE, Header
 
 __all__ = ["RuleKind", "Rule", "CFARule", "Row", "FRERules", "fre_rules", "SAME", "UNDEFINED"]
 

@@ -21,7 +21,7 @@ _MAX_PAGES = 1024  # 4 MiB of stack; a walk deeper than that reads on
 
 
 class PageCache:
-    """A ``sframe_core.unwind.Memory`` over ``read(address, size)``.
+    """A ``sframe_core.unwind.step.Memory`` over ``read(address, size)``.
 
     A page that cannot be read whole (the edge of a truncated core
     segment) is not cached; its words are then read one by one.

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from .abi import AARCH64_BE, AARCH64_LE, AMD64, Arch, arch_for_machine
-from .addresses import Region, name_stacks
-from .errors import FileError, reading_elf
-from .files import check_elf_layout, open_elf, open_regular
+from ..base.abi import AARCH64_BE, AARCH64_LE, AMD64, Arch, arch_for_machine
+from ..base.errors import FileError, reading_elf
+from ..base.files import check_elf_layout, open_elf, open_regular
+from ..unwind.addresses import Region, name_stacks
 from .modules import Mapping
 
 __all__ = [

@@ -21,16 +21,16 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from .abi import AMD64, Arch
-from .cfi import CFITable
-from .describe import describe_cfa, describe_rule
-from .elf import PT_GNU_SFRAME, ElfSFrame, read_elf
-from .errata import correct_cfa
-from .errors import FileError, FormatError, SFrameError, foreign_errors, reading_elf
-from .format import FDE, FRE_TYPE_ADDR4
-from .rows import CFARule, Row, RuleKind, fre_rules
-from .section import SFrameSection
-from .symbols import SymbolTable
+from ..base.abi import AMD64, Arch
+from ..base.errors import FileError, FormatError, SFrameError, foreign_errors, reading_elf
+from ..base.rows import CFARule, Row, RuleKind, fre_rules
+from ..dwarf.cfi import CFITable
+from ..format.describe import describe_cfa, describe_rule
+from ..format.elf import PT_GNU_SFRAME, ElfSFrame, read_elf
+from ..format.errata import correct_cfa
+from ..format.records import FDE, FRE_TYPE_ADDR4
+from ..format.section import SFrameSection
+from ..targets.symbols import SymbolTable
 
 __all__ = [
     "AGREES", "CANNOT_SAY", "ERRATUM", "DISAGREES", "NOT_COVERED", "SFRAME_ONLY", "VERDICTS",
@@ -76,7 +76,7 @@ _REASONS = {
     OBJ_AMBIGUOUS: "relocatable object: its text sections all start at 0 and this FDE shares "
                    "addresses with another section's; not compared",
     PLT_GOT_ERRATUM: "ld >= 2.44 writes CFA = SP + 16 for amd64 .plt.got where SP + 8 is right "
-                     "(sframe_core/errata.py corrects it)",
+                     "(sframe_core/format/errata.py corrects it)",
 }
 
 # Known pieces of code without SFrame (reported, not failed).
@@ -276,7 +276,7 @@ class _Layout(NamedTuple):
 def _layout(path: str) -> _Layout:
     from elftools.elf.elffile import ELFFile
 
-    from .files import open_elf
+    from ..base.files import open_elf
 
     with reading_elf(path), open_elf(path) as stream:
         elf = ELFFile(stream)
@@ -328,8 +328,8 @@ Namer = Callable[[int], "str | None"]
 def _object(path: str) -> _Object:
     from elftools.elf.elffile import ELFFile
 
-    from .files import open_elf
-    from .symbols import Symbol
+    from ..base.files import open_elf
+    from ..targets.symbols import Symbol
 
     with reading_elf(path), open_elf(path) as stream:
         elf = ELFFile(stream)

@@ -17,8 +17,8 @@ import struct
 from collections.abc import Iterable
 from typing import BinaryIO, NamedTuple
 
-from .errors import FileError, reading_elf
-from .files import SHT_NOBITS, ElfLayout, notes_build_id
+from ..base.errors import FileError, reading_elf
+from ..base.files import SHT_NOBITS, ElfLayout, notes_build_id
 
 __all__ = ["Symbol", "SymbolTable", "Symbolizer", "DEBUG_ROOTS"]
 
@@ -153,7 +153,7 @@ class SymbolTable:
     @classmethod
     def from_file(cls, path: str, debug_roots: Iterable[str] = DEBUG_ROOTS) -> SymbolTable:
         """The symbols of ``path``; empty when it cannot be read (a missing name is ``??``)."""
-        from .files import elf_layout, open_elf
+        from ..base.files import elf_layout, open_elf
 
         raw: list[_Raw] = []
         strtabs: list[bytes] = []

@@ -13,8 +13,8 @@ import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .abi import arch_for_abi
-from .errors import FormatError
+from ..base.abi import arch_for_abi
+from ..base.errors import FormatError
 
 __all__ = [
     "SFRAME_MAGIC", "SFRAME_F_FDE_SORTED", "SFRAME_F_FRAME_POINTER",

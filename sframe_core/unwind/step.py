@@ -15,9 +15,9 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
-from .abi import Arch
+from ..base.abi import Arch
+from ..base.rows import Row, Rule, RuleKind
 from .addresses import AddressMap, return_address_problem
-from .rows import Row, Rule, RuleKind
 
 __all__ = [
     "Memory", "RowSource", "Frame", "StopReason", "Stop", "Step", "step", "step_with_row",
@@ -180,7 +180,7 @@ def step(frame: Frame, rows: RowSource, memory: Memory, arch: Arch, *,
     try:
         row = rows.row_at(frame.lookup_pc)
     except Exception as exc:
-        from .errors import SFrameError
+        from ..base.errors import SFrameError
         if isinstance(exc, SFrameError):
             return Stop(StopReason.ERROR, str(exc))
         raise

@@ -15,23 +15,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from .abi import Arch, arch_for_abi
+from ..base.abi import Arch, arch_for_abi
+from ..base.errors import FormatError
+from ..base.rows import CFARule, FRERules, Row, Rule, fre_rules
 from .errata import correct_cfa
-from .errors import FormatError
-from .format import (
-    FDE,
-    FRE,
-    Header,
-    decode_fres,
-    fde_decoder,
-    fde_start_field,
-    fre_finder,
-    parse_header,
-)
-from .rows import CFARule, FRERules, Row, Rule, fre_rules
+from .records import FDE, FRE, Header, decode_fres, fde_decoder, fde_start_field, fre_finder, parse_header
 
 if TYPE_CHECKING:
-    from .saved import Analysis
+    from ..analysis.saved import Analysis
 
 __all__ = ["SFrameSection", "Lookup", "CodeReader", "PointerReader", "SAVED_REGISTERS"]
 
@@ -321,7 +312,7 @@ class SFrameSection:
     def fde_rows(self, fde: FDE, block: int = 0) -> list[Row]:
         """The rows of one FDE, or of repetition block ``block`` of a PC-mask FDE.
 
-        For converters that need a whole function at once (``sframe_core.dwarf``);
+        For converters that need a whole function at once (``sframe_core.dwarf.debug_frame``);
         the same rows ``lookup`` gives PC by PC (split where the saved-register
         rules change), clipped to the FDE's range.
 
@@ -346,7 +337,7 @@ class SFrameSection:
     def saved_analysis(self, fde: FDE) -> Analysis:
         """Where the function of ``fde`` keeps the callee-saved registers (saved.py),
         analysed once from its code and kept."""
-        from .saved import Analysis, analyse
+        from ..analysis.saved import Analysis, analyse
 
         found = self._saved.get(fde.index)
         if found is not None:

@@ -12,10 +12,10 @@ import struct
 from dataclasses import dataclass
 from typing import Any, BinaryIO, NamedTuple
 
-from .abi import ELF_MACHINE_NAMES
-from .errors import FileError, FormatError, reading_elf
-from .files import MAX_SECTION_SIZE, ElfLayout, SectionHeader, elf_layout, open_elf
-from .format import HEADER_SIZE, parse_header
+from ..base.abi import ELF_MACHINE_NAMES
+from ..base.errors import FileError, FormatError, reading_elf
+from ..base.files import MAX_SECTION_SIZE, ElfLayout, SectionHeader, elf_layout, open_elf
+from .records import HEADER_SIZE, parse_header
 from .section import CodeReader, PointerReader, SFrameSection
 
 __all__ = ["PT_GNU_SFRAME", "SHT_GNU_SFRAME", "ElfSFrame", "LoadSegment", "read_elf", "open_sframe"]

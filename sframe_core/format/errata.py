@@ -8,9 +8,9 @@ unwinder) get the correction.
 
 from __future__ import annotations
 
-from .abi import AMD64, Arch
-from .format import FDE
-from .rows import CFARule
+from ..base.abi import AMD64, Arch
+from ..base.rows import CFARule
+from .records import FDE
 
 __all__ = ["correct_cfa"]
 

@@ -51,9 +51,9 @@ def made_at_once(path: str) -> bool:
     analysis is off (the file then costs little, and a worker would not know
     it is off).
     """
-    from . import section as section_module
-    from .elf import read_elf
-    from .errors import SFrameError
+    from ..base.errors import SFrameError
+    from ..format import section as section_module
+    from ..format.elf import read_elf
     if not section_module.SAVED_REGISTERS:
         return True
     try:
@@ -129,7 +129,7 @@ class Job:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(_import_roots())
         env.pop("PYTHONHOME", None)
-        args = [python, "-m", "sframe_core.symjobs", path]
+        args = [python, "-m", "sframe_core.symfiles.jobs", path]
         if cache:
             args += ["--cache", cache]
         if not function_symbols:
@@ -181,7 +181,7 @@ class Job:
 
 def main(argv: list[str] | None = None) -> int:
     """The worker: make one symbol file, print the outcome as one JSON line."""
-    parser = argparse.ArgumentParser(prog="python -m sframe_core.symjobs")
+    parser = argparse.ArgumentParser(prog="python -m sframe_core.symfiles.jobs")
     parser.add_argument("path")
     parser.add_argument("--cache", default=None)
     parser.add_argument("--no-function-symbols", action="store_true")
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             os.nice(args.nice)
         except OSError:
             pass
-    from .errors import SFrameError
+    from ..base.errors import SFrameError
     from .symfile import default_jobs, symbol_file_for
     try:
         # A process of its own: a large module's functions go to every CPU.

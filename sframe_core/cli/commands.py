@@ -17,14 +17,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from . import backtrace
-from .describe import describe_row, lookup_text
-from .dump import dump_json, dump_lines, fde_json, fre_json
-from .elf import read_elf
-from .errors import FileError, SFrameError
-from .files import MAX_SECTION_SIZE, read_regular
-from .section import SFrameSection
-from .version import __version__
+from ..base.errors import FileError, SFrameError
+from ..base.files import MAX_SECTION_SIZE, read_regular
+from ..format.describe import describe_row, lookup_text
+from ..format.dump import dump_json, dump_lines, fde_json, fre_json
+from ..format.elf import read_elf
+from ..format.section import SFrameSection
+from ..targets import backtrace
+from ..version import __version__
 
 __all__ = ["main", "command", "COMMANDS", "CommandFailed", "parse_address", "open_input"]
 
@@ -195,7 +195,7 @@ def run_lookup(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- verify (sframe_core/verify.py) ------------------------------------------
+# -- verify (sframe_core/cli/verify.py) ------------------------------------------
 
 
 def _configure_verify(parser: argparse.ArgumentParser) -> None:
@@ -288,13 +288,13 @@ def run_verify(args: argparse.Namespace) -> int:
     return 2 if errors else 1 if failed else 0
 
 
-# -- backtrace (sframe_core/backtrace.py) ------------------------------------
+# -- backtrace (sframe_core/targets/backtrace.py) ------------------------------------
 
 command("backtrace", "unwind every thread of a core file or a live process",
         backtrace.configure)(backtrace.run)
 
 
-# -- to-dwarf (sframe_core/symfile.py) -------------------------------------------
+# -- to-dwarf (sframe_core/symfiles/symfile.py) -------------------------------------------
 
 
 def _configure_to_dwarf(parser: argparse.ArgumentParser) -> None:
@@ -326,7 +326,7 @@ _jobs.__name__ = "positive integer"  # argparse: "invalid positive integer value
 @command("to-dwarf", "write a symbol file whose .debug_frame says what .sframe says",
          _configure_to_dwarf)
 def run_to_dwarf(args: argparse.Namespace) -> int:
-    from .symfile import (
+    from ..symfiles.symfile import (
         build_id_path,
         default_jobs,
         read_module,
@@ -360,7 +360,7 @@ def run_to_dwarf(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- cache (sframe_core/symcache.py) ----------------------------------------------
+# -- cache (sframe_core/symfiles/cache.py) ----------------------------------------------
 
 
 def _configure_cache(parser: argparse.ArgumentParser) -> None:
@@ -392,8 +392,8 @@ def _files(count: int) -> str:
 def run_cache(args: argparse.Namespace) -> int:
     import time
 
-    from . import symcache
-    from .symfile import cache_dir
+    from ..symfiles import cache as symcache
+    from ..symfiles.symfile import cache_dir
 
     directory = args.dir or cache_dir()
     action = args.action or "list"
@@ -429,7 +429,7 @@ def _configure_gdbinit(parser: argparse.ArgumentParser) -> None:
 def run_gdbinit(args: argparse.Namespace) -> int:
     """``sframe_gdb.py`` sits beside the ``sframe_core`` package, in a checkout
     and in site-packages alike."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     plugin = os.path.join(here, "sframe_gdb.py")
     if not os.path.isfile(plugin):
         raise CommandFailed(f"{plugin}: not found (is sframe-gdb installed with its gdb plugin?)")
@@ -445,7 +445,7 @@ def _configure_lldbinit(parser: argparse.ArgumentParser) -> None:
 @command("lldbinit", "print the ~/.lldbinit line that loads the LLDB plugin", _configure_lldbinit)
 def run_lldbinit(args: argparse.Namespace) -> int:
     """``lldb_plugin`` sits beside the ``sframe_core`` package, like ``sframe_gdb.py``."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     plugin = os.path.join(here, "lldb_plugin")
     if not os.path.isfile(os.path.join(plugin, "__init__.py")):
         raise CommandFailed(f"{plugin}: not found (is sframe-gdb installed with its LLDB plugin?)")

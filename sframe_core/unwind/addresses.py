@@ -19,7 +19,7 @@ import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .abi import Arch
+from ..base.abi import Arch
 
 __all__ = ["Region", "AddressMap", "return_address_problem", "regions_from_maps", "name_stacks",
            "LOWEST_CODE"]

@@ -39,7 +39,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from .abi import Arch
+from ..base.abi import Arch
+from ..base.rows import SAME, CFARule, Rule, RuleKind
 from .effects import (
     Base,
     Effect,
@@ -48,8 +49,7 @@ from .effects import (
     amd64_jump_tables,
     decoder_for,
 )
-from .effects_s390x import s390x_jump_table
-from .rows import SAME, CFARule, Rule, RuleKind
+from .s390x import s390x_jump_table
 
 __all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis"]
 

@@ -1,0 +1,1 @@
+"""What every layer uses: the ABIs, the row model, errors, opening files, reading memory."""

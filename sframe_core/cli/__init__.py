@@ -1,0 +1,5 @@
+"""The ``sframe`` command line."""
+
+from .commands import main
+
+__all__ = ["main"]

@@ -1,0 +1,1 @@
+"""The SFrame format: records, sections, errata, SFrame in ELF files, dump and describe."""

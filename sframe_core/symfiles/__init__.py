@@ -1,0 +1,1 @@
+"""Symbol files handed to the debuggers, their cache and the worker processes."""

@@ -1,0 +1,1 @@
+"""What is unwound: modules, core files, live processes, symbols, whole backtraces."""
