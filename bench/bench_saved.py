@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from sframe_core.analysis.effects import decoder_for
+from sframe_core.analysis.decoders import decoder_for
 from sframe_core.format.elf import read_elf
 
 REALPROGS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "realprogs"

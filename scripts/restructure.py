@@ -76,7 +76,17 @@ MOVES: dict[str, str] = {
 
 # Names carried out of a module by a later (hand) commit: (module, name) -> module.
 # Only applied where the name is defined in its new module.
-NAMES: dict[tuple[str, str], str] = {}
+NAMES: dict[tuple[str, str], str] = {
+    # effects.py split by ABI: the shared records stay, each ABI's decoder and
+    # jump-table readers have their module, decoders.py picks the decoder.
+    **{("sframe_core.analysis.effects", name): "sframe_core.analysis.amd64"
+       for name in ("AMD64", "_X86_NAMES", "_RSP", "_RBP", "amd64_jump_tables",
+                     "amd64_jump_table", "amd64_computed_goto")},
+    **{("sframe_core.analysis.effects", name): "sframe_core.analysis.aarch64"
+       for name in ("AArch64", "_A64_NAMES", "_A64_SP", "_A64_FP", "aarch64_jump_table",
+                     "aarch64_jump_tables")},
+    ("sframe_core.analysis.effects", "decoder_for"): "sframe_core.analysis.decoders",
+}
 
 # What the move itself breaks or pushes past the line limit: (file, before, after),
 # the file named where it stands before the move.

@@ -1,4 +1,4 @@
-"""aarch64 jump tables (``effects.aarch64_jump_table``): the shapes gcc emits and
+"""aarch64 jump tables (``aarch64.aarch64_jump_table``): the shapes gcc emits and
 the near misses that must stay unresolved (an unresolved jump only costs
 precision; a wrong table would make the saved-register rules wrong).
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from sframe_core.analysis.effects import Effect, Flow, aarch64_jump_table, aarch64_jump_tables
+from sframe_core.analysis.aarch64 import aarch64_jump_table, aarch64_jump_tables
+from sframe_core.analysis.effects import Effect, Flow
 
 BASE = 0x400000
 TABLE = 0x4b0000

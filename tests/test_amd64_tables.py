@@ -1,4 +1,4 @@
-"""amd64 indirect jumps (``effects.amd64_jump_tables``): computed gotos
+"""amd64 indirect jumps (``amd64.amd64_jump_tables``): computed gotos
 (gcc's labels-as-values dispatch) and table bases set out of the jump's block,
 traced back over the function's paths; the near misses that must stay
 unresolved (an unresolved jump only costs precision, a wrong table would make
@@ -19,7 +19,9 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
 from helpers import realprogs as rp
 
-from sframe_core.analysis.effects import Effect, Flow, amd64_jump_tables, decoder_for
+from sframe_core.analysis.amd64 import amd64_jump_tables
+from sframe_core.analysis.decoders import decoder_for
+from sframe_core.analysis.effects import Effect, Flow
 from sframe_core.format.elf import read_elf
 
 BASE = 0x10000

@@ -11,7 +11,7 @@ never a different value:
   DWARF unwinder) against ``set sframe mode always`` (SFrame + the code
   analysis), with gdb-multiarch (13) and gdb 18;
 - jump tables: every indirect jump the analysis resolves
-  (``effects.aarch64_jump_tables``: switch tables, ``luaV_execute``'s computed
+  (``aarch64.aarch64_jump_tables``: switch tables, ``luaV_execute``'s computed
   gotos) is watched while lua runs: each jump taken lands on one of the
   targets read from the file (an independent check of what the static proof
   in tests/test_saved.py takes from the same function);
@@ -40,7 +40,9 @@ from helpers import DEBUGGERS, FIXTURES
 from helpers.gdbtools import VALUES_SCRIPT, FrameValues, parse_values
 from helpers.qemutools import GDB_PLUGIN, QemuStub, missing, repro, run, tool
 
-from sframe_core.analysis.effects import Flow, aarch64_jump_tables, decoder_for
+from sframe_core.analysis.aarch64 import aarch64_jump_tables
+from sframe_core.analysis.decoders import decoder_for
+from sframe_core.analysis.effects import Flow
 from sframe_core.format.elf import read_elf
 
 pytestmark = [pytest.mark.gdb, pytest.mark.slow]

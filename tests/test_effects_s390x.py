@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from helpers import FIXTURES
 
-from sframe_core.analysis.effects import UNKNOWN_OP, Base, Flow, Load, SPOp, Store, decoder_for
+from sframe_core.analysis.decoders import decoder_for
+from sframe_core.analysis.effects import UNKNOWN_OP, Base, Flow, Load, SPOp, Store
 from sframe_core.analysis.s390x import s390x_jump_table
 from sframe_core.analysis.saved import analyse
 from sframe_core.base.abi import S390X

@@ -21,7 +21,8 @@ import pytest
 from helpers import FIXTURES, ROOT
 
 from sframe_core.analysis import effects
-from sframe_core.analysis.effects import Effect, decoder_for
+from sframe_core.analysis.decoders import decoder_for
+from sframe_core.analysis.effects import Effect
 from sframe_core.format.elf import read_elf
 from sframe_core.symfiles import symfile
 

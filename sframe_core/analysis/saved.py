@@ -41,14 +41,10 @@ from typing import NamedTuple
 
 from ..base.abi import Arch
 from ..base.rows import SAME, CFARule, Rule, RuleKind
-from .effects import (
-    Base,
-    Effect,
-    Flow,
-    aarch64_jump_tables,
-    amd64_jump_tables,
-    decoder_for,
-)
+from .aarch64 import aarch64_jump_tables
+from .amd64 import amd64_jump_tables
+from .decoders import decoder_for
+from .effects import Base, Effect, Flow
 from .s390x import s390x_jump_table
 
 __all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis"]

@@ -22,7 +22,7 @@ Each (PC, register) pair lands in one class:
   can run between the function's entry and the PC writes the register
   (capstone's register-write lists, over a control-flow graph in which an
   indirect jump goes to its jump table's entries when
-  ``effects.amd64_jump_table`` / ``aarch64_jump_tables`` read one, else to any
+  ``amd64.amd64_jump_table`` / ``aarch64_jump_tables`` read one, else to any
   instruction, and a call only falls through: a recursive call to the
   function's own start is another activation, not an edge to its entry),
   except ``pop`` instructions that
@@ -44,15 +44,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from sframe_core.analysis.effects import (
-    _A64_NAMES,
-    _X86_NAMES,
-    CALLEE_SAVED,
-    Flow,
-    aarch64_jump_tables,
-    amd64_jump_table,
-    decoder_for,
-)
+from sframe_core.analysis.aarch64 import _A64_NAMES, aarch64_jump_tables
+from sframe_core.analysis.amd64 import _X86_NAMES, amd64_jump_table
+from sframe_core.analysis.decoders import decoder_for
+from sframe_core.analysis.effects import CALLEE_SAVED, Flow
 from sframe_core.analysis.s390x import s390x_jump_table
 from sframe_core.analysis.saved import Span
 from sframe_core.base.rows import Row, Rule, RuleKind
