@@ -86,6 +86,9 @@ NAMES: dict[tuple[str, str], str] = {
        for name in ("AArch64", "_A64_NAMES", "_A64_SP", "_A64_FP", "aarch64_jump_table",
                      "aarch64_jump_tables")},
     ("sframe_core.analysis.effects", "decoder_for"): "sframe_core.analysis.decoders",
+    # what an SFrame FRE means leaves the row model (base) for the format layer
+    ("sframe_core.base.rows", "FRERules"): "sframe_core.format.rules",
+    ("sframe_core.base.rows", "fre_rules"): "sframe_core.format.rules",
 }
 
 # What the move itself breaks or pushes past the line limit: (file, before, after),

@@ -1,4 +1,4 @@
-"""Every FormatError of format.py / rows.py / section.validate, reached by patching
+"""Every FormatError of records.py / rules.py / section.validate, reached by patching
 one field of a real section (fixtures, or the host's 2.40 build for v1).
 
 Each test asserts the exact message (offset included) and the exception type.
@@ -15,8 +15,8 @@ from helpers.manifest import Entry, find_entry, fixture_path
 
 from sframe_core.base.abi import AMD64
 from sframe_core.base.errors import FormatError, SFrameError
-from sframe_core.base.rows import fre_rules
 from sframe_core.format.records import FDE, FDE_SIZE, FRE
+from sframe_core.format.rules import fre_rules
 from sframe_core.format.section import SFrameSection
 
 
@@ -295,7 +295,7 @@ def test_header_counts_disagree() -> None:
                               f"{hdr.fre_len} (at offset 0x10)")
 
 
-# -- v3 flexible FDEs (rows.py) --------------------------------------------------
+# -- v3 flexible FDEs (rules.py) --------------------------------------------------
 
 
 def flex_section() -> tuple[SFrameSection, FDE]:
@@ -356,7 +356,7 @@ def test_flex_words_left_over() -> None:
 
 
 def test_flex_ra_without_offset() -> None:
-    """Unreachable from bytes (N=3 is rejected first); rows.py still guards it."""
+    """Unreachable from bytes (N=3 is rejected first); rules.py still guards it."""
     sec, fde = flex_section()
     fre = flex_fre(sec, fde, 2)
     odd = fre._replace(words=(fre.words[0], fre.words[1], 0x19), info=fre.info + 2)

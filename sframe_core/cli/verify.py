@@ -23,12 +23,13 @@ from typing import Any, NamedTuple
 
 from ..base.abi import AMD64, Arch
 from ..base.errors import FileError, FormatError, SFrameError, foreign_errors, reading_elf
-from ..base.rows import CFARule, Row, RuleKind, fre_rules
+from ..base.rows import CFARule, Row, RuleKind
 from ..dwarf.cfi import CFITable
 from ..format.describe import describe_cfa, describe_rule
 from ..format.elf import PT_GNU_SFRAME, ElfSFrame, read_elf
 from ..format.errata import correct_cfa
 from ..format.records import FDE, FRE_TYPE_ADDR4
+from ..format.rules import fre_rules
 from ..format.section import SFrameSection
 from ..targets.symbols import SymbolTable
 

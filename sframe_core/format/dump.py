@@ -17,8 +17,9 @@ from typing import Any
 
 from ..base.abi import Arch
 from ..base.errors import SFrameError
-from ..base.rows import CFARule, FRERules, Rule, RuleKind, fre_rules
+from ..base.rows import CFARule, Rule, RuleKind
 from .records import FDE, FRE, SFRAME_F_FDE_FUNC_START_PCREL, SFRAME_F_FDE_SORTED, Header
+from .rules import FRERules, fre_rules
 from .section import SFrameSection
 
 __all__ = ["dump_lines", "dump_text", "dump_json", "fre_columns", "flag_names",

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..base.abi import Arch, arch_for_abi
 from ..base.errors import FormatError
-from ..base.rows import CFARule, FRERules, Row, Rule, fre_rules
+from ..base.rows import CFARule, Row, Rule
 from .errata import correct_cfa
 from .records import FDE, FRE, Header, decode_fres, fde_decoder, fde_start_field, fre_finder, parse_header
+from .rules import FRERules, fre_rules
 
 if TYPE_CHECKING:
     from ..analysis.saved import Analysis
