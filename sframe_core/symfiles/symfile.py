@@ -55,6 +55,7 @@ from ..format.section import SFrameSection
 from ..targets.modules import Module
 from ..targets.symbols import DEBUG_ROOTS
 from . import cache as symcache
+from .elfsyms import Section as _Section
 from .elfsyms import executable_sections, function_symbols
 
 __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_symbol_file",
@@ -97,20 +98,6 @@ class SymbolFile(NamedTuple):
     cached: bool
     debug_source: str | None
     warning: str | None = None
-
-
-class _Section(NamedTuple):
-    name: str
-    type: int
-    flags: int
-    addr: int
-    offset: int
-    size: int
-    link: int
-    info: int
-    align: int
-    entsize: int
-    name_offset: int
 
 
 class ModuleInfo(NamedTuple):
