@@ -28,7 +28,7 @@ from sframe_core.unwind.addresses import AddressMap, Region
 if TYPE_CHECKING:
     from sframe_core.format.section import SFrameSection
 
-    from .unwinder import Registers
+    from .registers import Registers
 
 __all__ = ["cli_text", "ObjfileEntry", "ObjfileTable", "Reporter", "SECTIONS_COMMAND", "CORE_COMMAND",
            "parse_mappings", "parse_core_regions", "segment_candidates", "segment_entries"]
