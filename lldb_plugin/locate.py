@@ -13,7 +13,7 @@ for the executable at ``target create`` and for every library; 21.1.7 and
 22.1.0 ask for libraries only (the executable keeps the stop-hook's add).
 
 It answers from the cache, or makes the file at once for a small module;
-a large module's file is left to a worker (``symfiles.start_job``) and LLDB
+a large module's file is left to a worker (``jobs.start_job``) and LLDB
 goes on with the module alone, which the frame provider serves until the
 file is ready (``symfiles``: PENDING).
 
@@ -32,6 +32,9 @@ import threading
 import lldb
 
 from sframe_core.base.errors import SFrameError
+
+from .jobs import in_background, start_job
+from .state import enabled, keeps_addresses_when_debug_info_is_replaced, warn_once
 
 __all__ = ["install", "attached", "supported"]
 
@@ -62,15 +65,13 @@ def _symbol_file(path: str) -> str | None:
     """Our symbol file for ``path`` when LLDB would have no CFI for its code, else None.
 
     A cached file is answered at once, a missing one made at once for a small
-    module; a large one's is left to a worker (``symfiles.start_job``, started
+    module; a large one's is left to a worker (``jobs.start_job``, started
     here: from the moment LLDB knows the module) and None is answered, so
     LLDB goes on with the module's own file and the stop-hook hands the
     module to the frame provider until the file is ready.
     """
     from sframe_core.symfiles.symfile import cached_symbol_file, read_module, symbol_file_for
 
-    from . import symfiles
-    from .target import warn_once
     st = os.stat(path)
     key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
     if key in _decided:
@@ -83,13 +84,12 @@ def _symbol_file(path: str) -> str | None:
             and info.section(".eh_frame") is None and info.section(".debug_frame") is None):
         result = cached_symbol_file(path)
         if result is None:
-            if symfiles.in_background(path):
-                symfiles.start_job(path)
+            if in_background(path):
+                start_job(path)
                 return None  # not decided: a later module of that file may find it cached
             result = symbol_file_for(path)
         if result.warning:
             warn_once(("symfile-warning", result.warning), result.warning)
-        from .symfiles import keeps_addresses_when_debug_info_is_replaced
         if result.debug_source is None or keeps_addresses_when_debug_info_is_replaced():
             # LLDB 21 with debug information: the stop-hook says why not.
             made = result.path
@@ -107,8 +107,7 @@ def _set(spec: lldb.SBFileSpec, path: str) -> None:
 def _callback(module_spec: lldb.SBModuleSpec, module_file_spec: lldb.SBFileSpec,
               symbol_file_spec: lldb.SBFileSpec) -> lldb.SBError:
     try:
-        from . import symfiles
-        if not symfiles.enabled():
+        if not enabled():
             return lldb.SBError("sframe: native route off")
         path = module_spec.GetFileSpec().fullpath
         if not path or not os.path.isabs(path) or not os.path.isfile(path):

@@ -30,8 +30,9 @@ from sframe_core.base.abi import Arch
 from sframe_core.targets.backtrace import describe_stop
 from sframe_core.unwind.step import MAX_FRAMES, NORMAL_ENDS, OUTERMOST_ENDS, Frame, Stop, StopReason, walk
 
-from . import registry
-from .target import INVALID, frame_registers, info_for, process_memory, target_key, warn_once
+from . import state
+from .state import target_key, warn_once
+from .target import INVALID, frame_registers, info_for, process_memory
 
 __all__ = ["SFrameFrameProvider", "CallerFrame", "CLASS_NAME", "registration_args",
            "registration_key"]
@@ -199,7 +200,7 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         self.target = target
         self.args = None
         frames = []
-        hooked, registry.in_stop_hook = registry.in_stop_hook, False  # no provider runs yet
+        hooked, state.in_stop_hook = state.in_stop_hook, False  # no provider runs yet
         try:
             for index in range(MAX_FRAMES):
                 frame = self._frame_at(index)
@@ -207,7 +208,7 @@ class SFrameFrameProvider(ScriptedFrameProvider):
                     break
                 frames.append(frame)
         finally:
-            registry.in_stop_hook = hooked
+            state.in_stop_hook = hooked
         _precomputed[(str(target_key(target)), thread.GetThreadID())] = tuple(frames)
         return [thread.GetFrameAtIndex(f).GetPC() if isinstance(f, int) else f.pc
                 for f in frames]
@@ -285,7 +286,7 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         # computed on LLDB's event thread (the SB call looks its frame up in
         # the frame list being built, whose lock LLDB holds while it calls the
         # provider). Memory reads (SBProcess) are safe later.
-        if registry.in_stop_hook:
+        if state.in_stop_hook:
             yield from range(len(self._scan(0, None)))
             return
         info = info_for(self.target)

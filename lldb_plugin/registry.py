@@ -17,14 +17,14 @@ the way.
 
 from __future__ import annotations
 
-import importlib
 import re
 import time
 
 import lldb
 
-from . import locate, symfiles
-from .target import target_key, warn, warn_once
+from . import locate, state, symfiles
+from .state import target_key, warn, warn_once
+from .target import is_core, is_live_remote
 
 __all__ = ["supported", "register", "install", "status", "StopHook"]
 
@@ -40,60 +40,12 @@ _late: set[object] = set()
 # only the command's words).
 _debugger: lldb.SBDebugger | None = None
 _said_unsupported = False
-# True while StopHook registers a provider: LLDB 23 runs the provider at
-# once, inside the hook, where it must not read input frames' registers.
-in_stop_hook = False
 _marker: lldb.SBBroadcaster | None = None
 
 
-_supported: bool | None = None
-
-
 def supported() -> bool:
-    """Feature detection: the provider base class and the SB registration call exist.
-
-    Worked out once (the locate-module callback asks too, where LLDB holds
-    its module locks: no import there after the first)."""
-    global _supported
-    if _supported is None:
-        _supported = hasattr(lldb.SBTarget, "RegisterScriptedFrameProvider")
-        if _supported:
-            try:
-                importlib.import_module("lldb.plugins.scripted_frame_provider")
-            except Exception:  # noqa: BLE001
-                _supported = False
-    return _supported
-
-
-def is_core(target: lldb.SBTarget) -> bool:
-    process = target.GetProcess()
-    if not process.IsValid():
-        return False
-    if hasattr(process, "IsLiveDebugSession"):
-        return not process.IsLiveDebugSession()
-    name = process.GetPluginName() if hasattr(process, "GetPluginName") else ""
-    return "core" in (name or "").lower()
-
-
-def is_live_remote(target: lldb.SBTarget) -> bool:
-    """A process LLDB connected or attached to through a stub, that is still alive."""
-    process = target.GetProcess()
-    if not process.IsValid():
-        return False
-    name = (process.GetPluginName() if hasattr(process, "GetPluginName") else "") or ""
-    if "remote" not in name.lower():
-        return False
-    if process.GetState() in (lldb.eStateInvalid, lldb.eStateUnloaded, lldb.eStateExited,
-                              lldb.eStateDetached):
-        return False
-    # On Linux a local 'run' also talks gdb-remote (to lldb-server); it is
-    # told apart by the host platform and the parent pid that lldb-server
-    # reports. A stub on another platform, or one that reports no parent
-    # (qemu-user, ...), is treated as remote.
-    platform = target.GetPlatform()
-    if not platform.IsValid() or (platform.GetName() or "") != "host":
-        return True
-    return not process.GetProcessInfo().GetParentProcessID()
+    """Feature detection (``state.providers_supported``): can providers be registered?"""
+    return state.providers_supported()
 
 
 def say_unsupported() -> None:
@@ -215,7 +167,6 @@ class StopHook:
         pass
 
     def handle_stop(self, exe_ctx: lldb.SBExecutionContext, stream: lldb.SBStream) -> bool:
-        global in_stop_hook
         try:
             target = exe_ctx.GetTarget()
             if target.IsValid():
@@ -224,11 +175,11 @@ class StopHook:
             if target.IsValid() and target_key(target) not in _ids and _provider_wanted(target):
                 # LLDB 23 runs the new provider at once, inside this hook, where
                 # reading an input frame's registers can hang: pass through then.
-                in_stop_hook = True
+                state.in_stop_hook = True
                 try:
                     register(target)
                 finally:
-                    in_stop_hook = False
+                    state.in_stop_hook = False
         except Exception as exc:  # noqa: BLE001
             warn(f"stop-hook: {type(exc).__name__}: {exc}")
         return True

@@ -20,7 +20,7 @@ at once for a small module (``symjobs.made_at_once``, up to 300 FDEs), and
 on LLDB 21 (no frame provider to serve meanwhile), on a core of LLDB 22, for
 a live remote process (where the provider is not registered), and for a
 module with debug information on an LLDB that cannot take its file late
-(23, ``late_add_keeps_types``); otherwise a worker process (``symjobs.Job``)
+(23, ``late_add_keeps_types``); otherwise a worker process (``jobs.start_job``)
 makes it from the moment the module is known, while the frame provider
 serves the module's frames (``PENDING``), and it is added at the first stop
 after it is ready. Should a late add still meet a module with debug
@@ -38,31 +38,38 @@ from __future__ import annotations
 
 import os
 import time
-from typing import NamedTuple
 
 import lldb
 
 from sframe_core.base.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X
 from sframe_core.base.errors import SFrameError
-from sframe_core.symfiles.jobs import Job, JobResult
+from sframe_core.symfiles.jobs import JobResult
 
 from . import locate
-from .target import LLDBModule, info_for, target_key, warn_once
+from .jobs import in_background, job_for, start_job
+from .state import (
+    ENV,
+    FAILED,
+    NATIVE,
+    PENDING,
+    PROVIDER,
+    SETTING_ENV,
+    Route,
+    _routes,
+    enabled,
+    is_native,
+    keeps_addresses_when_debug_info_is_replaced,
+    late_add_keeps_types,
+    providers_supported,
+    routes,
+    target_key,
+    warn_once,
+)
+from .target import LLDBModule, info_for, is_core, is_live_remote
 
 __all__ = ["Route", "NATIVE", "FAILED", "PROVIDER", "PENDING", "ROUTE_ABIS", "route_target", "routes",
            "is_native", "needs_provider", "enabled", "status_lines", "ENV", "SETTING_ENV",
            "in_background", "start_job", "late_add_keeps_types"]
-
-ENV = "SFRAME_LLDB_ROUTE"
-"""``provider`` turns the native route off (the frame provider alone, as before)."""
-SETTING_ENV = "SFRAME_LLDB_SYMBOL_FILES"
-"""``foreground``: a missing symbol file is always made before LLDB goes on
-(``auto``, the default: a large module's in a worker, see above)."""
-
-NATIVE = "native"
-FAILED = "failed"
-PROVIDER = "provider"  # left to the frame provider on purpose, not a failure
-PENDING = "pending"  # the frame provider serves it until its symbol file is ready
 
 # ABIs whose generated .debug_frame LLDB's unwinder was seen to walk to the
 # outermost frame. (s390x too, since the CIE gives the caller's SP as a
@@ -70,86 +77,8 @@ PENDING = "pending"  # the frame provider serves it until its symbol file is rea
 ROUTE_ABIS = frozenset({AMD64.abi_id, AARCH64_LE.abi_id, AARCH64_BE.abi_id, S390X.abi_id})
 
 
-class Route(NamedTuple):
-    kind: str  # NATIVE, FAILED, PROVIDER or PENDING
-    name: str  # the module's file name, for messages
-    detail: str  # the symbol file added, or why not
-    provider_helps: bool = True  # False: its SFrame data is unusable anyway
-    since: float = 0.0  # PENDING: when it started waiting (time.monotonic)
-
-
-# target key -> module key -> Route. Survives a re-import of the package.
-_routes: dict[object, dict[tuple[str, str], Route]] = {}
 # Modules whose code LLDB has CFI for already (or without usable SFrame).
 _covered: set[tuple[str, str]] = set()
-
-
-def enabled() -> bool:
-    return os.environ.get(ENV, "auto").strip().lower() != "provider"
-
-
-# (realpath, size, mtime) of a module -> the worker making its symbol file
-# (one per build of a module and session, whichever target or callback asked
-# first; a rebuild at the same path is another module, with its own worker).
-_jobs: dict[tuple[str, int, int], Job] = {}
-
-
-def _job_key(path: str) -> tuple[str, int, int]:
-    real = os.path.realpath(path)
-    st = os.stat(real)
-    return (real, st.st_size, st.st_mtime_ns)
-
-
-def start_job(path: str) -> Job:
-    """The worker making ``path``'s symbol file, started now if none is.
-
-    Makes no SB call (the locate-module callback starts it too): the result
-    is only stored by the worker's thread, and taken at a stop.
-    """
-    key = _job_key(path)
-    job = _jobs.get(key)
-    if job is None:
-        job = _jobs[key] = Job(key[0], lambda result: None)
-    return job
-
-
-def _job_for(path: str) -> Job | None:
-    try:
-        return _jobs.get(_job_key(path))
-    except OSError:
-        return None
-
-
-def in_background(path: str) -> bool:
-    """Is ``path``'s missing symbol file made by a worker while the provider
-    serves (rather than before LLDB goes on)? Not on an LLDB without frame
-    providers (21): nothing would serve its frames meanwhile. Nor for a
-    module with debug information on an LLDB that cannot take its file late
-    (23, ``late_add_keeps_types``): the provider would serve it for the whole
-    session, and its frames have no register context (arguments and
-    variables of callers unavailable, marked synthetic), where waiting once
-    gives the twin's session."""
-    if os.environ.get(SETTING_ENV, "auto").strip().lower() == "foreground":
-        return False
-    from .registry import supported
-    if not supported():
-        return False
-    from sframe_core.symfiles.jobs import made_at_once
-    from sframe_core.symfiles.symfile import has_debug_information
-    if made_at_once(path):
-        return False
-    return late_add_keeps_types() or not has_debug_information(path)
-
-
-def late_add_keeps_types() -> bool:
-    """Does a symbol file added at a later stop leave the module's types as
-    the twin's? LLDB keeps a module's type system when its symbol file is
-    replaced: a structure declared from the module's own DWARF before (as
-    ``b NAME`` does) then prints as ``<incomplete type>`` in caller frames
-    on 23.1.0; 22.1.0 completes it from the new file (observed on lua5.4's
-    ``BuffFS``). No SB call tells them apart; the SB API that came with 23,
-    ``SBProcess.IsLiveDebugSession``, stands in for it."""
-    return not hasattr(lldb.SBProcess, "IsLiveDebugSession")
 
 
 def _module_key(module: lldb.SBModule) -> tuple[str, str]:
@@ -203,17 +132,6 @@ def _has_debug_info(module: lldb.SBModule) -> bool:
     return bool(used.IsValid() and used.fullpath and used.fullpath != own.fullpath)
 
 
-def keeps_addresses_when_debug_info_is_replaced() -> bool:
-    """LLDB 21.1.7 loses a module's load addresses when the symbol file that
-    replaces the module's own DWARF is added (breakpoints set afterwards are
-    never hit, a backtrace shows the callers of inlined frames at file
-    addresses; with the add before launch, no breakpoint is hit at all);
-    22.1.0 and 23.1.0 do not (observed on lua5.4 -O2 -g). No SB call tells
-    the two apart, so the SB API that came with the fixed releases stands in
-    for it: ``SBThread.GetFrames`` (22+)."""
-    return hasattr(lldb.SBThread, "GetFrames")
-
-
 def _generate(path: str) -> str:
     """The core's cached symbol file for ``path`` (raises SFrameError).
 
@@ -259,10 +177,9 @@ def _provider_serves(target: lldb.SBTarget) -> bool:
     """Would the frame provider serve this target's frames while a worker runs?
     (Not without providers (21), on a core of LLDB 22, nor for a live remote
     process: ``registry.register`` says why.)"""
-    from . import registry
-    if not registry.supported() or registry.is_live_remote(target):
+    if not providers_supported() or is_live_remote(target):
         return False
-    return not registry.is_core(target) or hasattr(lldb.SBProcess, "IsLiveDebugSession")
+    return not is_core(target) or hasattr(lldb.SBProcess, "IsLiveDebugSession")
 
 
 def _job_file(result: JobResult) -> str:
@@ -281,7 +198,7 @@ def _now_or_later(target: lldb.SBTarget, path: str) -> str | None:
         if cached.warning:
             warn_once(("symfile-warning", cached.warning), cached.warning)
         return cached.path
-    job = _job_for(path)  # started by the locate-module callback?
+    job = job_for(path)  # started by the locate-module callback?
     serves = _provider_serves(target)
     if job is None:
         if not serves or not in_background(path):
@@ -296,7 +213,7 @@ def _pending(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBMo
              old: Route) -> Route:
     """A pending module at a later stop: its file added, or still the provider's."""
     path = module.GetFileSpec().fullpath or ""
-    job = _job_for(path)
+    job = job_for(path)
     result = job.result if job is not None else None
     if result is None:
         return old
@@ -373,16 +290,6 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> list[Route
             warn_once(("route", key), f"{route.name}: no SFrame symbol file for LLDB's "
                       f"unwinder: {route.detail}")
     return new
-
-
-def routes(target: lldb.SBTarget) -> dict[tuple[str, str], Route]:
-    return dict(_routes.get(target_key(target), {}))
-
-
-def is_native(target: lldb.SBTarget, path: str) -> bool:
-    """Does LLDB's own unwinder read our ``.debug_frame`` for the module at ``path``?"""
-    return any(key[0] == path and route.kind == NATIVE
-               for key, route in _routes.get(target_key(target), {}).items())
 
 
 def needs_provider(target: lldb.SBTarget) -> bool:

@@ -10,7 +10,6 @@ address - file address), an ``SBProcess`` into a ``Memory`` and an
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 
 import lldb
@@ -22,36 +21,12 @@ from sframe_core.targets.modules import Module, ModuleTable
 from sframe_core.unwind.addresses import AddressMap, Region, name_stacks
 from sframe_core.unwind.step import Frame
 
-__all__ = ["TargetInfo", "process_memory", "target_key", "info_for", "frame_registers",
-           "warn_once", "warn", "arch_for_triple", "INVALID"]
+from .state import is_native, routes, target_key, warn_once
+
+__all__ = ["TargetInfo", "process_memory", "info_for", "frame_registers", "arch_for_triple", "INVALID",
+           "is_core", "is_live_remote"]
 
 INVALID = getattr(lldb, "LLDB_INVALID_ADDRESS", 0xFFFF_FFFF_FFFF_FFFF)
-
-_reported: set[object] = set()
-
-
-def target_key(target: lldb.SBTarget) -> object:
-    """A target's identity across SBTarget wrappers (a lock-free SB call)."""
-    if hasattr(target, "GetGloballyUniqueID"):
-        return target.GetGloballyUniqueID()
-    return target.GetExecutable().fullpath
-
-
-def warn(text: str) -> None:
-    """One line on LLDB's error stream (the embedded interpreter's stderr)."""
-    try:
-        sys.stderr.write(f"sframe: {text}\n")
-        sys.stderr.flush()
-    except Exception:  # noqa: BLE001 - nowhere left to say it
-        pass
-
-
-def warn_once(key: object, text: str) -> None:
-    if key in _reported:
-        return
-    _reported.add(key)
-    warn(text)
-
 
 def arch_for_triple(triple: str) -> Arch | None:
     cpu = (triple or "").split("-", 1)[0].lower()
@@ -201,7 +176,6 @@ class TargetInfo:
         built.has_eh_section = bool((eh.IsValid() and eh.GetByteSize())
                                     or (dbg.IsValid() and dbg.GetByteSize()))
         built.sframe_section = sframe if has_sframe else None
-        from .symfiles import is_native
         built.native_cfi = is_native(target, path)
         return built
 
@@ -219,7 +193,6 @@ def _signature(target: lldb.SBTarget) -> tuple[object, ...]:
         header = module.GetObjectFileHeaderAddress()
         sig.append((module.GetFileSpec().fullpath, module.GetUUIDString(),
                     header.GetLoadAddress(target)))
-    from .symfiles import routes
     # A symbol file added (or a pending module's route settled) changes the table.
     sig.append(("routes", tuple(sorted(route.kind for route in routes(target).values()))))
     return tuple(sig)
@@ -291,3 +264,34 @@ def innermost(thread: lldb.SBThread, arch: Arch) -> Frame | None:
     if pc == INVALID:
         return None
     return Frame(pc, frame_registers(frame, arch), interrupted=True)
+
+
+def is_core(target: lldb.SBTarget) -> bool:
+    process = target.GetProcess()
+    if not process.IsValid():
+        return False
+    if hasattr(process, "IsLiveDebugSession"):
+        return not process.IsLiveDebugSession()
+    name = process.GetPluginName() if hasattr(process, "GetPluginName") else ""
+    return "core" in (name or "").lower()
+
+
+def is_live_remote(target: lldb.SBTarget) -> bool:
+    """A process LLDB connected or attached to through a stub, that is still alive."""
+    process = target.GetProcess()
+    if not process.IsValid():
+        return False
+    name = (process.GetPluginName() if hasattr(process, "GetPluginName") else "") or ""
+    if "remote" not in name.lower():
+        return False
+    if process.GetState() in (lldb.eStateInvalid, lldb.eStateUnloaded, lldb.eStateExited,
+                              lldb.eStateDetached):
+        return False
+    # On Linux a local 'run' also talks gdb-remote (to lldb-server); it is
+    # told apart by the host platform and the parent pid that lldb-server
+    # reports. A stub on another platform, or one that reports no parent
+    # (qemu-user, ...), is treated as remote.
+    platform = target.GetPlatform()
+    if not platform.IsValid() or (platform.GetName() or "") != "host":
+        return True
+    return not process.GetProcessInfo().GetParentProcessID()

@@ -1,0 +1,135 @@
+"""What the LLDB plugin keeps across calls, below every other of its modules.
+
+A target's identity, the warnings already said, the route each module took
+(LLDB's own unwinder reading our symbol file, or the frame provider) and
+whether the stop-hook is running: ``target.py`` (the module table),
+``locate.py`` and ``symfiles.py`` (the symbol files), ``provider.py`` and
+``registry.py`` (the fallback) all read them, so they stand here, importing
+none of those.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import NamedTuple
+
+import lldb
+
+__all__ = ["target_key", "warn", "warn_once", "Route", "NATIVE", "FAILED", "PROVIDER", "PENDING",
+           "ENV", "SETTING_ENV", "enabled", "routes", "is_native",
+           "keeps_addresses_when_debug_info_is_replaced", "late_add_keeps_types",
+           "providers_supported", "in_stop_hook"]
+
+_reported: set[object] = set()
+
+
+def target_key(target: lldb.SBTarget) -> object:
+    """A target's identity across SBTarget wrappers (a lock-free SB call)."""
+    if hasattr(target, "GetGloballyUniqueID"):
+        return target.GetGloballyUniqueID()
+    return target.GetExecutable().fullpath
+
+
+def warn(text: str) -> None:
+    """One line on LLDB's error stream (the embedded interpreter's stderr)."""
+    try:
+        sys.stderr.write(f"sframe: {text}\n")
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - nowhere left to say it
+        pass
+
+
+def warn_once(key: object, text: str) -> None:
+    if key in _reported:
+        return
+    _reported.add(key)
+    warn(text)
+
+
+# -- routes --------------------------------------------------------------------
+
+ENV = "SFRAME_LLDB_ROUTE"
+"""``provider`` turns the native route off (the frame provider alone, as before)."""
+SETTING_ENV = "SFRAME_LLDB_SYMBOL_FILES"
+"""``foreground``: a missing symbol file is always made before LLDB goes on
+(``auto``, the default: a large module's in a worker, ``symfiles.py``)."""
+
+NATIVE = "native"
+FAILED = "failed"
+PROVIDER = "provider"  # left to the frame provider on purpose, not a failure
+PENDING = "pending"  # the frame provider serves it until its symbol file is ready
+
+
+class Route(NamedTuple):
+    kind: str  # NATIVE, FAILED, PROVIDER or PENDING
+    name: str  # the module's file name, for messages
+    detail: str  # the symbol file added, or why not
+    provider_helps: bool = True  # False: its SFrame data is unusable anyway
+    since: float = 0.0  # PENDING: when it started waiting (time.monotonic)
+
+
+# target key -> module key -> Route. Survives a re-import of the package.
+_routes: dict[object, dict[tuple[str, str], Route]] = {}
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "auto").strip().lower() != "provider"
+
+
+def routes(target: lldb.SBTarget) -> dict[tuple[str, str], Route]:
+    return dict(_routes.get(target_key(target), {}))
+
+
+def is_native(target: lldb.SBTarget, path: str) -> bool:
+    """Does LLDB's own unwinder read our ``.debug_frame`` for the module at ``path``?"""
+    return any(key[0] == path and route.kind == NATIVE
+               for key, route in _routes.get(target_key(target), {}).items())
+
+
+def keeps_addresses_when_debug_info_is_replaced() -> bool:
+    """LLDB 21.1.7 loses a module's load addresses when the symbol file that
+    replaces the module's own DWARF is added (breakpoints set afterwards are
+    never hit, a backtrace shows the callers of inlined frames at file
+    addresses; with the add before launch, no breakpoint is hit at all);
+    22.1.0 and 23.1.0 do not (observed on lua5.4 -O2 -g). No SB call tells
+    the two apart, so the SB API that came with the fixed releases stands in
+    for it: ``SBThread.GetFrames`` (22+)."""
+    return hasattr(lldb.SBThread, "GetFrames")
+
+
+def late_add_keeps_types() -> bool:
+    """Does a symbol file added at a later stop leave the module's types as
+    the twin's? LLDB keeps a module's type system when its symbol file is
+    replaced: a structure declared from the module's own DWARF before (as
+    ``b NAME`` does) then prints as ``<incomplete type>`` in caller frames
+    on 23.1.0; 22.1.0 completes it from the new file (observed on lua5.4's
+    ``BuffFS``). No SB call tells them apart; the SB API that came with 23,
+    ``SBProcess.IsLiveDebugSession``, stands in for it."""
+    return not hasattr(lldb.SBProcess, "IsLiveDebugSession")
+
+
+_providers: bool | None = None
+
+
+def providers_supported() -> bool:
+    """Feature detection: the provider base class and the SB registration call exist.
+
+    Worked out once (the locate-module callback asks too, where LLDB holds
+    its module locks: no import there after the first)."""
+    global _providers
+    if _providers is None:
+        _providers = hasattr(lldb.SBTarget, "RegisterScriptedFrameProvider")
+        if _providers:
+            try:
+                importlib.import_module("lldb.plugins.scripted_frame_provider")
+            except Exception:  # noqa: BLE001
+                _providers = False
+    return _providers
+
+
+# True while StopHook (registry.py) registers a provider: LLDB 23 runs the
+# provider at once, inside the hook, where it must not read input frames'
+# registers (provider.py). Survives a re-import of the package.
+in_stop_hook = False
