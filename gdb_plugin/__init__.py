@@ -7,10 +7,16 @@ GDB's registers, memory and objfiles into ``sframe_core``'s types and the
 core's answer (a caller frame, or a reason to stop) back into a
 ``gdb.UnwindInfo``.
 
-Modules, in the order GDB meets them: ``objfiles`` (which objfile covers a
-PC, parsed from GDB's section and mapping lists; it does not import ``gdb``,
-nor does this file, so it is tested without GDB), ``unwinder`` (the global
-unwinder ``sframe``), ``commands`` (``info sframe``, ``sframe lookup``, ``set
-sframe mode``), ``events`` (when the objfile table is re-read), ``plugin``
-(``register()``).
+The same shape as ``lldb_plugin``, bottom to top:
+
+- what finds modules: ``objfiles`` (which objfile covers a PC, parsed from
+  GDB's section and mapping lists; it does not import ``gdb``, nor does this
+  file, so it is tested without GDB);
+- what hands symbol files to the debugger: ``symfiles`` (each objfile's
+  ``.debug_frame`` symbol file, made in a worker, and the route it took);
+- what serves the fallback: ``unwinder`` (the global unwinder ``sframe``, for
+  what the symbol files cannot serve), with ``registers`` (GDB's handles);
+- the commands: ``commands`` (``info sframe``, ``sframe lookup``, ``set
+  sframe mode``); ``events`` (when the objfile table is re-read);
+- the entry: ``plugin`` (``register()``).
 """

@@ -6,6 +6,20 @@ On import it makes ``sframe_core`` and pyelftools importable (see
 one so that plain ``bt``/``up``/``down``/``frame select`` use SFrame where
 ``.eh_frame`` is missing. Importing it twice is harmless. All the unwinding
 is ``sframe_core``'s; this package only talks to LLDB.
+
+The same shape as ``gdb_plugin``, bottom to top, over ``state`` (what it
+keeps across calls: a target's identity, warnings said once, each module's
+route, the stop-hook flag):
+
+- what finds modules: ``target`` (an ``SBTarget``'s module table, memory and
+  registers for the core);
+- what hands symbol files to the debugger: ``locate`` (as LLDB creates a
+  module) and ``symfiles`` (at stops, and the route each module took);
+- what serves the fallback: ``provider`` (the scripted frame provider, 22+,
+  for what the symbol files cannot serve), with ``registry`` (registering
+  it on each target, the stop-hook);
+- the commands: ``commands`` (``sframe bt``, ``info``, ``lookup``, ``status``);
+- the entry: this file and ``bootstrap`` (finding the dependencies).
 """
 
 from __future__ import annotations
