@@ -28,9 +28,11 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = "sframe_core"
+PACKAGES = (PKG, "gdb_plugin", "lldb_plugin")
 
 # Bottom to top: base, analysis, format, dwarf, unwind, targets, symfiles, cli.
 MOVES: dict[str, str] = {
@@ -89,6 +91,15 @@ NAMES: dict[tuple[str, str], str] = {
     # what an SFrame FRE means leaves the row model (base) for the format layer
     ("sframe_core.base.rows", "FRERules"): "sframe_core.format.rules",
     ("sframe_core.base.rows", "fre_rules"): "sframe_core.format.rules",
+    # the adapters' circles: gdb's register handles below objfiles and unwinder,
+    # lldb's kept state below every other module of the plugin
+    ("gdb_plugin.unwinder", "Registers"): "gdb_plugin.registers",
+    ("gdb_plugin.unwinder", "Handles"): "gdb_plugin.registers",
+    **{("lldb_plugin.target", name): "lldb_plugin.state"
+       for name in ("target_key", "warn", "warn_once")},
+    **{("lldb_plugin.symfiles", name): "lldb_plugin.state"
+       for name in ("Route", "NATIVE", "FAILED", "PROVIDER", "ENV", "enabled", "routes", "is_native",
+                    "keeps_addresses_when_debug_info_is_replaced")},
 }
 
 # What the move itself breaks or pushes past the line limit: (file, before, after),
@@ -254,13 +265,15 @@ def rewrite_imports(src: str, importer: str, is_pkg: bool) -> str:
             target = resolve(importer, is_pkg, node.level, node.module)
         else:
             target = node.module or ""
-        if not target.startswith(PKG):
+        if target.split(".")[0] not in PACKAGES:
             continue
         groups: dict[str, list[str]] = {}
         for alias in node.names:
             full = target + "." + alias.name
             text = alias.name + (f" as {alias.asname}" if alias.asname else "")
-            if full in OLD_PRESENT:  # ``from sframe_core import section``: a moved module
+            # ``from sframe_core import section``: a moved module (also one left
+            # in a moved tree, where its name is no new package's)
+            if full in OLD_PRESENT or (full in OLD_MODULES and full not in NEW_MODULES):
                 parent, leaf = MOVES[full].rsplit(".", 1)
                 asname = alias.asname or (alias.name if leaf != alias.name else None)
                 groups.setdefault(parent, []).append(leaf + (f" as {asname}" if asname else ""))
@@ -277,7 +290,7 @@ def rewrite_imports(src: str, importer: str, is_pkg: bool) -> str:
             continue
         stmts = []
         for mod, names in groups.items():
-            if node.level and new_importer.startswith(PKG) and mod.startswith(PKG):
+            if node.level and mod.split(".")[0] == new_importer.split(".")[0]:
                 level, rel = relative(new_importer, is_pkg, mod)
                 stmts.append(fmt_from(level, rel, names, None))
             else:
@@ -285,7 +298,7 @@ def rewrite_imports(src: str, importer: str, is_pkg: bool) -> str:
         old = src[start:end]
         indent = " " * node.col_offset
         new = ("\n" + indent).join(stmts)
-        if ast.dump(ast.parse(old.strip())) != ast.dump(ast.parse(new.strip())):
+        if ast.dump(ast.parse(old.strip())) != ast.dump(ast.parse(textwrap.dedent(indent + new))):
             edits.append((start, end, new))
     # The text between the imports: dotted names and paths in strings and prose.
     pieces, at = [], 0
