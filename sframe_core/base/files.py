@@ -256,6 +256,9 @@ _SHDR_FULL = {1: "IIIIIIIIII", 2: "IIQQQQIIQQ"}
 
 
 class SectionHeader(NamedTuple):
+    """One section header as the file holds it (``name_offset``: into the section
+    name table), the one record both ELF readers and the symbol-file writer use."""
+
     name: str
     type: int
     flags: int
@@ -264,7 +267,9 @@ class SectionHeader(NamedTuple):
     size: int
     link: int
     info: int
+    align: int
     entsize: int
+    name_offset: int
 
 
 class SegmentHeader(NamedTuple):
@@ -353,8 +358,9 @@ def elf_layout(stream: BinaryIO, label: str) -> ElfLayout:
     short: list[tuple[int, ...]] = [(r[0], r[1], r[4], r[5]) for r in rows]
     strtab = _names(stream, short, shstrndx, os.fstat(stream.fileno()).st_size).strtab
     sections = tuple(
-        SectionHeader(_name_at(strtab, at), stype, flags, addr, offset, size, link, info, entsize)
-        for at, stype, flags, addr, offset, size, link, info, _align, entsize in rows)
+        SectionHeader(_name_at(strtab, at), stype, flags, addr, offset, size, link, info, align,
+                      entsize, at)
+        for at, stype, flags, addr, offset, size, link, info, align, entsize in rows)
     return ElfLayout(wide, big, e_type, machine, sections, segments, entry)
 
 

@@ -16,30 +16,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import NamedTuple
 
-__all__ = ["Section", "function_symbols", "executable_sections", "SYMBOL_PREFIX"]
+from ..base.files import SectionHeader
+
+__all__ = ["function_symbols", "executable_sections", "SYMBOL_PREFIX"]
 
 SYMBOL_PREFIX = "___lldb_unnamed_symbol_"
 _SHF_EXECINSTR, _SHF_ALLOC = 0x4, 0x2
 _STT_FUNC, _STB_LOCAL = 2, 0
 
-
-class Section(NamedTuple):
-    """One section header of a module, as ``symfile.py`` reads it (and writes
-    the symbol file's): here, below symfile.py, so both can name it."""
-
-    name: str
-    type: int
-    flags: int
-    addr: int
-    offset: int
-    size: int
-    link: int
-    info: int
-    align: int
-    entsize: int
-    name_offset: int
 
 
 def function_symbols(ranges: Sequence[tuple[int, int]], sections: Sequence[tuple[int, int, int]],
@@ -71,7 +56,7 @@ def function_symbols(ranges: Sequence[tuple[int, int]], sections: Sequence[tuple
     return bytes(symtab), bytes(strtab), count
 
 
-def executable_sections(sections: Sequence[Section]) -> list[tuple[int, int, int]]:
+def executable_sections(sections: Sequence[SectionHeader]) -> list[tuple[int, int, int]]:
     """(index, address, size) of the allocated, executable ones among ``sections``."""
     return [(i, sec.addr, sec.size) for i, sec in enumerate(sections)
             if i and sec.flags & _SHF_ALLOC and sec.flags & _SHF_EXECINSTR]

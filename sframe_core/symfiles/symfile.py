@@ -39,6 +39,7 @@ from typing import BinaryIO, NamedTuple
 
 from ..base.abi import AMD64
 from ..base.errors import FileError, FormatError, SFrameError
+from ..base.files import SectionHeader as _Section
 from ..base.files import notes_build_id
 from ..dwarf.debug_frame import (
     Encoded,
@@ -55,7 +56,6 @@ from ..format.section import SFrameSection
 from ..targets.modules import Module
 from ..targets.symbols import DEBUG_ROOTS
 from . import cache as symcache
-from .elfsyms import Section as _Section
 from .elfsyms import executable_sections, function_symbols
 
 __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_symbol_file",
