@@ -34,7 +34,12 @@ import lldb
 from sframe_core.base.errors import SFrameError
 
 from .jobs import in_background, start_job
-from .state import enabled, keeps_addresses_when_debug_info_is_replaced, warn_once
+from .state import (
+    enabled,
+    keeps_addresses_when_debug_info_is_replaced,
+    merges_symbol_file_eh_frame,
+    warn_once,
+)
 
 __all__ = ["install", "attached", "supported"]
 
@@ -82,12 +87,13 @@ def _symbol_file(path: str) -> str | None:
     # .eh_frame covers part of its code is the stop-hook's to judge.
     if (info.header[1] in _ROUTE_MACHINES and info.section(".sframe") is not None
             and info.section(".eh_frame") is None and info.section(".debug_frame") is None):
-        result = cached_symbol_file(path)
+        before_entry = not merges_symbol_file_eh_frame()
+        result = cached_symbol_file(path, before_entry=before_entry)
         if result is None:
             if in_background(path):
                 start_job(path)
                 return None  # not decided: a later module of that file may find it cached
-            result = symbol_file_for(path)
+            result = symbol_file_for(path, before_entry=before_entry)
         if result.warning:
             warn_once(("symfile-warning", result.warning), result.warning)
         if result.debug_source is None or keeps_addresses_when_debug_info_is_replaced():

@@ -60,6 +60,7 @@ from .state import (
     is_native,
     keeps_addresses_when_debug_info_is_replaced,
     late_add_keeps_types,
+    merges_symbol_file_eh_frame,
     providers_supported,
     routes,
     target_key,
@@ -140,7 +141,7 @@ def _generate(path: str) -> str:
     ``.gnu_debuglink``), so adding it never loses variables or line tables.
     """
     from sframe_core.symfiles.symfile import symbol_file_for
-    made = symbol_file_for(path)
+    made = symbol_file_for(path, before_entry=not merges_symbol_file_eh_frame())
     if made.warning:
         warn_once(("symfile-warning", made.warning), made.warning)
     return made.path
@@ -193,7 +194,7 @@ def _job_file(result: JobResult) -> str:
 def _now_or_later(target: lldb.SBTarget, path: str) -> str | None:
     """The symbol file to add now, or None: a worker makes it, the provider serves meanwhile."""
     from sframe_core.symfiles.symfile import cached_symbol_file
-    cached = cached_symbol_file(path)
+    cached = cached_symbol_file(path, before_entry=not merges_symbol_file_eh_frame())
     if cached is not None:
         if cached.warning:
             warn_once(("symfile-warning", cached.warning), cached.warning)

@@ -118,21 +118,16 @@ def _entry(program: Path) -> int:
         return int(ELFFile(stream).header["e_entry"])
 
 
-@pytest.mark.parametrize("version", [
-    pytest.param("21", marks=pytest.mark.xfail(strict=True, reason=(
-        "LLDB 21 takes no .eh_frame from a symbol file (SymbolVendorELF merges only the "
-        ".debug_* sections and the symbol table into the module): the entry function's "
-        "FDE there is not seen, the frame at the entry point gets the architecture's "
-        "default plan (CFA = rbp + 16, and rbp is 1 there) and is dropped; 22 and 23 "
-        "merge it"))),
-    "22", "23"])
+@pytest.mark.parametrize("version", ["21", "22", "23"])
 def test_expression_call_stopped_inside(version: str, tmp_path: Path) -> None:
     """``expr -i false -- f2(2)`` stops at a breakpoint in f4: the twin's
     ``bt`` is f4, f2, ``$__lldb_expr``, then the frame at the expression's
     return address, which LLDB makes the entry point. LLDB unwinds that frame
     (pc - 1 is before ``_start``, outside every symbol) from ``.eh_frame``
     alone, never ``.debug_frame``: LLDB's symbol file carries the entry
-    function's FDE in an ``.eh_frame`` (``symfile._entry_eh_frame``)."""
+    function's FDE in an ``.eh_frame`` (``symfile._entry_eh_frame``). LLDB 21
+    takes no ``.eh_frame`` from a symbol file: its file gives pc - 1 an
+    unnamed symbol and an FDE instead (``symfile._before_entry``)."""
     from helpers import X86, need
     twin, noeh = need(X86 / "busid-v3" / "deep"), need(X86 / "busid-v3" / "deep.noeh")
     steps = ["breakpoint set -n main", "process launch", "breakpoint set -n f4", EXPR, "bt"]

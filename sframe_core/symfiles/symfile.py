@@ -54,7 +54,7 @@ from ..dwarf.debug_frame import (
 from ..format.elf import ElfSFrame, read_elf
 from ..format.section import SFrameSection
 from ..targets.modules import Module
-from ..targets.symbols import DEBUG_ROOTS
+from ..targets.symbols import DEBUG_ROOTS, SymbolTable
 from . import cache as symcache
 from .elfsyms import executable_sections, function_symbols
 
@@ -71,8 +71,10 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_sy
 # (LLDB misreads it: s390x's caller SP); 8: amd64 computed gotos and
 # traced-back table bases (more register rules); 9: a header whose fixed RA
 # or FP offset is not its ABI's is an error, not rows; 10: LLDB's file carries
-# an .eh_frame with the entry function's FDE (``_entry_eh_frame``).
-GENERATOR = 10
+# an .eh_frame with the entry function's FDE (``_entry_eh_frame``); 11: LLDB
+# 21's file (``before_entry``) gives the byte before e_entry an unnamed
+# symbol and an FDE (``_before_entry``).
+GENERATOR = 11
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3
@@ -360,7 +362,9 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frames: _Frames,
     if frames.eh:
         provide(".eh_frame", frames.eh, 8)
     if symbols and base.section(".symtab") is None and base.section(".debug_info") is None:
-        _provide_function_symbols(sections, frames.debug, module.big_endian, provide)
+        _provide_function_symbols(sections, frames.debug, module.big_endian, provide, frames.gap)
+    elif symbols and frames.gap is not None:
+        _provide_gap_symbol(sections, src, module.big_endian, provide, frames.gap)
     if debuglink is not None:
         provide(".gnu_debuglink", debuglink, 4)
     own[shstrndx] = names
@@ -448,21 +452,65 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frames: _Frames,
 
 
 def _provide_function_symbols(sections: list[_Section], frame: bytes, big_endian: bool,
-                              provide: Callable[[str, bytes, int], None]) -> None:
-    """A stripped module: one function symbol per FDE, which LLDB needs (see ``elfsyms``)."""
+                              provide: Callable[[str, bytes, int], None],
+                              gap: int | None = None) -> None:
+    """A stripped module: one function symbol per FDE, which LLDB needs (see
+    ``elfsyms``); the FDE at ``gap`` gets the unnamed one (``_before_entry``)."""
     spans = _fde_ranges(frame, big_endian) or []
-    made = function_symbols([(start, end - start) for start, end in spans],
+    made = function_symbols([(start, end - start) for start, end in spans if start != gap],
                             executable_sections(sections), big_endian)
     if made is None:
         return
     symtab, strtab, count = made
-    provide(".strtab", strtab, 1)
-    provide(".symtab", symtab, 8)
+    if gap is not None:
+        symtab, strtab, count = _with_gap_symbol(symtab, strtab, count, sections, big_endian, gap)
+    _set_symbols(sections, provide, ".symtab", ".strtab", symtab, strtab, count)
+
+
+def _set_symbols(sections: list[_Section], provide: Callable[[str, bytes, int], None],
+                 symtab_name: str, strtab_name: str, symtab: bytes, strtab: bytes,
+                 count: int) -> None:
+    """``symtab`` (``count`` local symbols first) and ``strtab`` as the file's symbol table."""
+    provide(strtab_name, strtab, 1)
+    provide(symtab_name, symtab, 8)
     names = {sec.name: i for i, sec in enumerate(sections) if i}
-    strtab_index, symtab_index = names[".strtab"], names[".symtab"]
+    strtab_index, symtab_index = names[strtab_name], names[symtab_name]
     sections[strtab_index] = sections[strtab_index]._replace(type=_SHT_STRTAB)
     sections[symtab_index] = sections[symtab_index]._replace(type=_SHT_SYMTAB, link=strtab_index,
                                                              info=count, entsize=24)
+
+
+# The unnamed symbol's name: LLDB strips a symbol's "@VERSION" suffix, which
+# here is the whole name, and keeps the symbol with an empty one (shown as
+# no name at all by LLDB 21, as the twin shows that pc).
+_GAP_NAME = b"@sframe-gdb"
+
+
+def _with_gap_symbol(symtab: bytes, strtab: bytes, locals_: int, sections: list[_Section],
+                     big_endian: bool, gap: int) -> tuple[bytes, bytes, int]:
+    """``symtab`` and ``strtab`` with the unnamed one-byte function symbol at
+    ``gap`` after the ``locals_`` local symbols (ELF puts locals first)."""
+    index = next((i for i, addr, span in executable_sections(sections)
+                  if addr <= gap < addr + span), 0)
+    entry = struct.pack((">" if big_endian else "<") + "IBBHQQ", len(strtab), 2, 0, index, gap, 1)
+    at = locals_ * 24
+    return symtab[:at] + entry + symtab[at:], strtab + _GAP_NAME + b"\0", locals_ + 1
+
+
+def _provide_gap_symbol(sections: list[_Section], src: ModuleInfo, big_endian: bool,
+                        provide: Callable[[str, bytes, int], None], gap: int) -> None:
+    """The copied symbol table with the unnamed symbol at ``gap`` (``_before_entry``)."""
+    index = next((i for i, sec in enumerate(sections) if i and sec.type == _SHT_SYMTAB), None)
+    if index is None:
+        return
+    symsec = sections[index]
+    strsec = sections[symsec.link]
+    with open(src.path, "rb") as stream:
+        symtab = _read_at(stream, symsec.offset, symsec.size, src.size, symsec.name, src.path)
+        strtab = _read_at(stream, strsec.offset, strsec.size, src.size, strsec.name, src.path)
+    symtab, strtab, count = _with_gap_symbol(symtab, strtab, symsec.info, sections, big_endian,
+                                             gap)
+    _set_symbols(sections, provide, symsec.name, strsec.name, symtab, strtab, count)
 
 
 class _Plan(NamedTuple):
@@ -473,6 +521,7 @@ class _Plan(NamedTuple):
     # information: LLDB needs them (elfsyms); gdb does not (it would show the
     # names where the twin shows "??", and has the debug information).
     symbols: bool = True
+    before_entry: bool = False  # LLDB 21's file (``_before_entry``)
 
 
 def _debuglink(plan: _Plan) -> bytes | None:
@@ -502,13 +551,14 @@ def _debuglink(plan: _Plan) -> bytes | None:
     return raw + struct.pack(endian + "I", crc)
 
 
-def _plan(path: str, debug_roots: Sequence[str], symbols: bool = True) -> _Plan:
+def _plan(path: str, debug_roots: Sequence[str], symbols: bool = True,
+          before_entry: bool = False) -> _Plan:
     module = read_module(path)
     if module.elf_type == _ET_REL:
         raise FileError(f"{path}: a relocatable object (.o): symbol files are made for linked "
                         "executables and libraries")
     base = _debug_source(module, debug_roots) or module
-    return _Plan(module, base, _sframe_bytes(module), symbols)
+    return _Plan(module, base, _sframe_bytes(module), symbols, symbols and before_entry)
 
 
 def _sframe_bytes(module: ModuleInfo) -> bytes:
@@ -568,6 +618,7 @@ class _Frames(NamedTuple):
 
     debug: bytes  # .debug_frame
     eh: bytes = b""  # .eh_frame at address 0 (``_entry_eh_frame``), or none
+    gap: int | None = None  # the byte before e_entry, given an FDE here (``_before_entry``)
 
 
 def _frame(plan: _Plan, jobs: int = 1) -> _Frames:
@@ -600,12 +651,15 @@ def _frame(plan: _Plan, jobs: int = 1) -> _Frames:
                 extra.append(entry_function(*span))
         arch = section.arch
         eh = _entry_eh_frame(plan, info, section, extra)
+        gap = _before_entry(plan, info, section, covered) if eh else None
+        if gap is not None:
+            extra.append(entry_function(gap, gap + 1))
         if jobs > 1 and section.num_fdes >= PARALLEL_MIN_FDES:
             items = _parallel(path, section, covered, jobs)
             items.extend(encoded(_uncovered(extra, covered), arch))
-            return _Frames(existing + assemble(items, arch, offset=len(existing)), eh)
+            return _Frames(existing + assemble(items, arch, offset=len(existing)), eh, gap)
         funcs = _uncovered(itertools.chain(functions(section), extra), covered)
-        return _Frames(existing + encode_functions(funcs, arch, offset=len(existing)), eh)
+        return _Frames(existing + encode_functions(funcs, arch, offset=len(existing)), eh, gap)
     except FormatError as exc:
         text = str(exc)
         raise FormatError(text if text.startswith(f"{path}:") else f"{path}: .sframe: {text}"
@@ -637,6 +691,39 @@ def _entry_eh_frame(plan: _Plan, info: ElfSFrame, section: SFrameSection,
     if not funcs:
         return b""
     return eh_frame(funcs, section.arch)
+
+
+def _before_entry(plan: _Plan, info: ElfSFrame, section: SFrameSection,
+                  covered: list[tuple[int, int]]) -> int | None:
+    """LLDB 21's file: the byte before ``e_entry``, to get an unnamed one-byte
+    function symbol and an FDE with the entry function's rule; or None.
+
+    LLDB 21 takes no ``.eh_frame`` from a symbol file (its ``SymbolVendorELF``
+    merges only the ``.debug_*`` sections and the symbol table into the
+    module), and ``RegisterContextUnwind`` looks a caller's pc up at pc - 1:
+    when no symbol holds that, ``GetFullUnwindPlanForFrame`` asks no
+    ``FuncUnwinders`` (so no ``.debug_frame``), only the module's own
+    ``.eh_frame``, and falls back to the architecture's default plan. An
+    expression call returns to the entry point, whose pc - 1 is the padding
+    before ``_start``: the default plan (CFA = rbp + 16) fails there and the
+    frame at the entry point, which LLDB on the twin shows, was dropped. A
+    symbol there makes pc - 1 resolve, its FDE gives the frame a CFA and an
+    undefined RA, and with no name LLDB 21 shows the frame as the twin does
+    (module, no function). Only where nothing covers that byte already (a
+    function ending at ``e_entry`` is the twin's frame as it is), and not for
+    LLDB 22 and 23, which read the ``.eh_frame`` and show an empty name as
+    ``module```.
+    """
+    gap = info.entry - 1
+    if not plan.before_entry or section.find_fde(gap) is not None \
+            or _covers(covered, [start for start, _ in covered], gap):
+        return None
+    if plan.base.section(".symtab") is None:
+        if plan.base.section(".debug_info") is not None:
+            return None  # no symbol table to add to (nor one made: a stripped module's)
+    elif SymbolTable.from_file(plan.base.path, ()).lookup(gap) is not None:
+        return None
+    return gap
 
 
 def _uncovered(funcs: Iterable[Function], covered: list[tuple[int, int]]) -> Iterable[Function]:
@@ -814,6 +901,8 @@ def _cache_name(plan: _Plan) -> str:
             digest.update(f"{sec.name}\0{sec.type}\0{sec.size}\0".encode())
     if not plan.symbols:
         digest.update(b"no function symbols, no debug information\0")
+    if plan.before_entry:
+        digest.update(b"an unnamed symbol before the entry point\0")
     from ..format import section as section_module
     if not section_module.SAVED_REGISTERS:
         # Turned off (a control run, or no capstone wanted): the rules differ.
@@ -875,7 +964,8 @@ def _cache_target(plan: _Plan, cache: str | None) -> tuple[str, str, str | None]
 
 def cached_symbol_file(path: str, *, cache: str | None = None,
                        debug_roots: Iterable[str] = DEBUG_ROOTS,
-                       function_symbols: bool = True) -> SymbolFile | None:
+                       function_symbols: bool = True,
+                       before_entry: bool = False) -> SymbolFile | None:
     """The symbol file for module ``path`` if the cache holds it, else None.
 
     Costs what a hit of ``symbol_file_for`` costs (the module's headers and a
@@ -885,7 +975,7 @@ def cached_symbol_file(path: str, *, cache: str | None = None,
 
     :raises SFrameError: as ``symbol_file_for``.
     """
-    plan = _plan(path, tuple(debug_roots), function_symbols)
+    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry)
     target, _, warning = _cache_target(plan, cache)
     if not _cached(target):
         return None
@@ -895,13 +985,16 @@ def cached_symbol_file(path: str, *, cache: str | None = None,
 
 def symbol_file_for(path: str, *, cache: str | None = None,
                     debug_roots: Iterable[str] = DEBUG_ROOTS,
-                    function_symbols: bool = True, jobs: int = 1) -> SymbolFile:
+                    function_symbols: bool = True, before_entry: bool = False,
+                    jobs: int = 1) -> SymbolFile:
     """The cached symbol file for module ``path``, generated if it is not there yet.
 
     A cache hit reads the module's headers and hashes its ``.sframe``, nothing
     more. An unwritable cache directory falls back to a private temporary
     directory (said in ``SymbolFile.warning``). ``function_symbols=False``
-    (gdb): a stripped module gets no function symbols for its FDEs. ``jobs``
+    (gdb): a stripped module gets no function symbols for its FDEs.
+    ``before_entry`` (LLDB 21): the byte before the entry point gets an
+    unnamed symbol and an FDE (``_before_entry``), a file of its own. ``jobs``
     as in ``write_symbol_file`` (never above 1 from a debugger's own Python:
     it would fork the debugger; ``symjobs`` runs a worker process instead).
 
@@ -909,7 +1002,7 @@ def symbol_file_for(path: str, *, cache: str | None = None,
         no ``.sframe``, corrupt ``.sframe``, nowhere to write); nothing is
         written half-way.
     """
-    plan = _plan(path, tuple(debug_roots), function_symbols)
+    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry)
     target, directory, warning = _cache_target(plan, cache)
     if _cached(target):
         symcache.touch(target)  # its "last used" time, for pruning
