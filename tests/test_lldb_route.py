@@ -479,6 +479,45 @@ def test_stripped_and_unstripped_twins_get_their_own_symbol_files(tmp_path: Path
     assert stripped.path != full.path and not full.cached
 
 
+
+@pytest.mark.parametrize("name", ["deep.noeh", "deep.noeh.stripped", "deep-nopie.noeh"])
+def test_lldb21_symbol_file_gives_the_byte_before_the_entry_point_an_unnamed_symbol(
+        name: str, tmp_path: Path) -> None:
+    """LLDB 21's file (``before_entry``): one unnamed (``@...``, which LLDB
+    reads as no name) one-byte function symbol at e_entry - 1, after the
+    local symbols, and an FDE for that byte whose RA is undefined, as the
+    entry function's; a cache file of its own. The default file (LLDB 22, 23)
+    and gdb's have neither (symfile._before_entry)."""
+    from elftools.dwarf.callframe import FDE
+    from elftools.elf.elffile import ELFFile
+
+    from sframe_core.symfiles import symfile
+    module = str(_need(V3 / name))
+    files = {kind: symfile.symbol_file_for(module, cache=str(tmp_path), **kwargs)
+             for kind, kwargs in (("21", {"before_entry": True}), ("22", {}),
+                                  ("gdb", {"before_entry": True, "function_symbols": False}))}
+    assert len({made.path for made in files.values()}) == 3
+    with open(module, "rb") as stream:
+        entry = int(ELFFile(stream).header["e_entry"])
+    for kind, made in files.items():
+        with open(made.path, "rb") as stream:
+            elf = ELFFile(stream)
+            fdes = {(e.header["initial_location"], e.header["address_range"]): e
+                    for e in elf.get_dwarf_info().CFI_entries() if isinstance(e, FDE)}
+            symtab = elf.get_section_by_name(".symtab")
+            at_gap = [(i, s.name, s["st_size"], s["st_info"]["type"], s["st_info"]["bind"])
+                      for i, s in enumerate(symtab.iter_symbols() if symtab else ())
+                      if s["st_value"] == entry - 1 and s["st_shndx"] != "SHN_UNDEF"]
+            if kind != "21":
+                assert not at_gap and (entry - 1, 1) not in fdes, (kind, at_gap)
+                continue
+            assert [rest for _, *rest in at_gap] == [["@sframe-gdb", 1, "STT_FUNC", "STB_LOCAL"]]
+            assert at_gap[0][0] == symtab["sh_info"] - 1  # the last local symbol
+            rules = fdes[(entry - 1, 1)].get_decoded().table
+            assert [row["pc"] for row in rules] == [entry - 1]
+            assert rules[0][16].type == "UNDEFINED"  # the RA (rip)
+
+
 # -- a module large enough for a worker -----------------------------------------------
 
 LUA = Path(__file__).resolve().parent / "fixtures" / "realprogs" / "lua5.4"

@@ -716,7 +716,9 @@ def _before_entry(plan: _Plan, info: ElfSFrame, section: SFrameSection,
     """
     gap = info.entry - 1
     if not plan.before_entry or section.find_fde(gap) is not None \
-            or _covers(covered, [start for start, _ in covered], gap):
+            or _covers(covered, [start for start, _ in covered], gap) \
+            or not any(addr <= gap < addr + size
+                       for _, addr, size in executable_sections(plan.base.sections)):
         return None
     if plan.base.section(".symtab") is None:
         if plan.base.section(".debug_info") is not None:
