@@ -36,6 +36,9 @@ _hooked: set[object] = set()
 _hook_ids: dict[object, int] = {}
 # Targets whose hook starts at the next stop (``_before_connect``).
 _late: set[object] = set()
+# The dummy target's hook starts at the next stop, for the target a
+# connection makes from it; put back at that stop (``_dummy_hook``).
+_dummy_late = False
 # The debugger whose connect commands are overridden (the callback is given
 # only the command's words).
 _debugger: lldb.SBDebugger | None = None
@@ -168,7 +171,11 @@ class StopHook:
 
     def handle_stop(self, exe_ctx: lldb.SBExecutionContext, stream: lldb.SBStream) -> bool:
         try:
+            global _dummy_late
             target = exe_ctx.GetTarget()
+            if _dummy_late and target.IsValid():
+                _dummy_late = False  # the connection's target has its hook: later ones, the whole
+                _dummy_hook(target.GetDebugger(), True)
             if target.IsValid():
                 _say_if_stop_reasons_lost(target)
                 symfiles.route_target(target.GetDebugger(), target)
@@ -200,9 +207,10 @@ def _say_if_stop_reasons_lost(target: lldb.SBTarget) -> None:
     plugin too; one that does not run at the first stop does not, but the
     plugin needs that stop for cores and attaches. ``_before_connect`` keeps
     the plugin's hook from that stop when ``gdb-remote``/``process connect``
-    connects a target that exists; where none does (the connection makes
-    it, with the dummy target's hook), it is said, with the way round it,
-    instead of passing in silence.
+    connects a target that exists, and, where none does, from the dummy
+    target's hook that the connection's target copies; where neither could
+    be done, it is said, with the way round it, instead of passing in
+    silence.
     """
     process = target.GetProcess()
     if not process.IsValid() or process.GetState() != lldb.eStateStopped:
@@ -256,6 +264,34 @@ def _add_stop_hook(debugger: lldb.SBDebugger, target: lldb.SBTarget | None,
         warn(f"could not add the stop-hook: {(result.GetError() or '').strip()}")
 
 
+def _dummy_hook(debugger: lldb.SBDebugger, at_initial_stop: bool) -> bool:
+    """Replace the dummy target's hook by one that does (not) run at a process's
+    first stop; True when done. The dummy target is reached through an
+    execution context (``SBDebugger.GetDummyTarget``), while targets exist too."""
+    hook = _hook_ids.get("dummy")
+    dummy = debugger.GetDummyTarget() if hasattr(debugger, "GetDummyTarget") else None
+    if hook is None or dummy is None or not dummy.IsValid():
+        return False
+    interp = debugger.GetCommandInterpreter()
+    context = lldb.SBExecutionContext(dummy)
+    result = lldb.SBCommandReturnObject()
+    interp.HandleCommand(f"target stop-hook delete {hook}", context, result, False)
+    if not result.Succeeded():
+        return False
+    result = lldb.SBCommandReturnObject()
+    initial = "" if at_initial_stop else "-I false "
+    interp.HandleCommand(f"target stop-hook add {initial}-P {__name__}.StopHook", context, result,
+                         False)
+    found = re.search(r"#(\d+)", result.GetOutput() or "")
+    if not result.Succeeded() or not found:
+        _hook_ids.pop("dummy", None)
+        _hooked.discard("dummy")
+        warn(f"could not add the stop-hook: {(result.GetError() or '').strip()}")
+        return False
+    _hook_ids["dummy"] = int(found.group(1))
+    return True
+
+
 def _before_connect(*argv: str) -> bool:
     """``gdb-remote`` / ``process connect`` is about to connect the selected target.
 
@@ -275,7 +311,12 @@ def _before_connect(*argv: str) -> bool:
         debugger = _debugger
         target = debugger.GetSelectedTarget() if debugger is not None else None
         if target is None or not target.IsValid():
-            return False  # no target yet: the one the connection makes has the dummy's hook
+            # No target yet: the one the connection makes gets the dummy's
+            # hook, so that one starts at the next stop until then.
+            global _dummy_late
+            if not _dummy_late and debugger is not None and _dummy_hook(debugger, False):
+                _dummy_late = True
+            return False
         process = target.GetProcess()
         if process.IsValid() and process.GetState() not in (
                 lldb.eStateInvalid, lldb.eStateUnloaded, lldb.eStateExited,

@@ -144,7 +144,7 @@ def test_expression_call_stopped_inside(version: str, tmp_path: Path) -> None:
 
 def _gdbserver_session(version: str, program: Path, *, plugin: bool, before: list[str],
                        after: list[str], env: dict[str, str] | None = None,
-                       last: tuple[str, ...] = ()) -> str:
+                       last: tuple[str, ...] = (), create: bool = True) -> str:
     """``target create``, ``gdb-remote`` to GNU gdbserver running ``program``
     (``before`` and ``after`` the connection), then ``continue`` to stop_here,
     ``bt`` and ``last``."""
@@ -163,7 +163,8 @@ def _gdbserver_session(version: str, program: Path, *, plugin: bool, before: lis
                               stdin=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
-        return run_lldb(version, [f"target create {program}", *before,
+        first = [f"target create {program}"] if create else []
+        return run_lldb(version, [*first, *before,
                                   f"gdb-remote 127.0.0.1:{port}", *after,
                                   "breakpoint set -n stop_here", "continue", "bt", *last,
                                   "process kill"], plugin=plugin, env=env)
@@ -215,6 +216,28 @@ def test_gdbserver_stop_report(version: str, tmp_path: Path) -> None:
     status = command_output(out, "sframe status")
     assert re.match(r"sframe-gdb \S+\ndeep\.noeh: LLDB's own unwinder, \.debug_frame from "
                     r"SFrame in ", status), status
+    session = re.sub(r"^\(lldb\) sframe status\n.*?(?=^\(lldb\) process kill)", "", out,
+                     flags=re.M | re.S)
+    assert _normal(session) == _normal(alone), f"{out}\n---\n{alone}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_gdbserver_stop_report_without_a_target(version: str, tmp_path: Path) -> None:
+    """``gdb-remote`` with no target: the connection makes the target from the
+    dummy target, hooks and all. LLDB alone learns no executable from GNU
+    gdbserver there (the breakpoint stays pending, the process runs to its
+    end), and prints the connection's stop report; the plugin's hook in that
+    target starts at the next stop (later targets get it at their first stop
+    again), so the session is LLDB's alone, whole."""
+    from helpers import X86, need
+    twin, noeh = need(X86 / "busid-v3" / "deep"), need(X86 / "busid-v3" / "deep.noeh")
+    alone = _gdbserver_session(version, twin, plugin=False, before=[], after=[], create=False)
+    assert re.fullmatch(r"Process N stopped\n\* thread #1, stop reason = signal SIGTRAP\n"
+                        r"\s+frame #0: 0x[0-9a-f]+.*\n(?:(?:->)?\s+0x[0-9a-f]+: .*\n)*",
+                        _report(alone)), alone
+    out = _gdbserver_session(version, noeh, plugin=True, before=[], after=[],
+                             env=_env(tmp_path), last=("sframe status",), create=False)
+    assert "Traceback" not in out and "sframe:" not in out, out
     session = re.sub(r"^\(lldb\) sframe status\n.*?(?=^\(lldb\) process kill)", "", out,
                      flags=re.M | re.S)
     assert _normal(session) == _normal(alone), f"{out}\n---\n{alone}"
