@@ -167,11 +167,7 @@ def _route_equals_twin(gdb_path: str, smash: HostProgram, args: list[str], *comm
     """The same session on the twin and on .noeh through the symbol file: the
     same bt. (Both run as ``X/smash`` from one directory, so that their stacks
     lie at the same addresses.)"""
-    root = smash.twin.parent / "pair"
-    for which, program in (("twin", smash.twin), ("noeh", smash.noeh)):
-        if not (root / which / "smash").exists():
-            (root / which).mkdir(parents=True, exist_ok=True)
-            shutil.copy(program, root / which / "smash")
+    root = _pair(smash)
     texts = []
     for which in ("twin", "noeh"):
         with Gdb(gdb_path, plugin=which == "noeh", disable_prologue=False, cwd=str(root),
@@ -182,6 +178,53 @@ def _route_equals_twin(gdb_path: str, smash: HostProgram, args: list[str], *comm
             _no_python_errors(text)
             texts.append(text.replace("noeh/smash", "twin/smash"))
     assert texts[1] == texts[0], texts
+
+
+def _pair(smash: HostProgram) -> Path:
+    """twin/smash and noeh/smash side by side (same path lengths, same stacks)."""
+    root = smash.twin.parent / "pair"
+    for which, program in (("twin", smash.twin), ("noeh", smash.noeh)):
+        if not (root / which / "smash").exists():
+            (root / which).mkdir(parents=True, exist_ok=True)
+            shutil.copy(program, root / which / "smash")
+    return root
+
+
+def test_return_address_into_libc(gdb_path: str, smash: HostProgram) -> None:
+    """middle's return address overwritten with an address inside libc's
+    ``abort``: code with CFI of its own. gdb on the twin goes on from the
+    planted frame through libc's CFI into garbage (0x0202... words, then a
+    stray ``main``); through the symbol file gdb's own unwinder does exactly
+    that, live and from a core: never worse than the twin, and no frame of
+    ours. The Python unwinder alone (no symbol file) stops one frame after
+    the planted one, where SP no longer grows."""
+    _route_equals_twin(gdb_path, smash, ["libc"], "break stop_here", "run")
+    root = _pair(smash)
+    for which in ("twin", "noeh"):  # each core made by gdb alone
+        with Gdb(gdb_path, plugin=False, disable_prologue=False, cwd=str(root),
+                 args=["--args", f"{which}/smash", "libc"]) as g:
+            g.cmd("break stop_here")
+            g.cmd("run")
+            assert "Saved corefile" in g.cmd(f"gcore {which}.core")
+    texts = []
+    for which in ("twin", "noeh"):
+        with Gdb(gdb_path, plugin=which == "noeh", disable_prologue=False, cwd=str(root),
+                 args=[f"{which}/smash", f"{which}.core"]) as g:
+            text = g.cmd("bt 12")
+            _no_python_errors(text)
+            texts.append(text.replace("noeh/smash", "twin/smash").replace("noeh.core", "twin.core"))
+    assert texts[1] == texts[0], texts
+    names = [f.name for f in parse_bt(texts[0])]
+    assert names[:4] == ["stop_here", "inner", "middle", "__GI_abort"], texts[0]
+    with Gdb(gdb_path, disable_prologue=False, symbol_files="off",
+             args=["--args", str(smash.noeh), "libc"]) as g:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        text = g.cmd("bt")
+        _no_python_errors(text)
+        assert [f.name for f in parse_bt(text)] == ["stop_here", "inner", "middle", "__GI_abort",
+                                                    "??"], text
+        assert text.rstrip().splitlines()[-1] == INNER, text
 
 
 def test_return_into_the_stack(gdb_path: str, smash: HostProgram) -> None:
