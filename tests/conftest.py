@@ -17,6 +17,10 @@ from helpers.gdbtools import GDBS, gdb_version
 # sees the DWARF route from its first stop whatever the module's size
 # (test_gdb_route.py tests the default, which makes large ones in a worker).
 os.environ.setdefault("SFRAME_GDB_SYMBOL_FILES", "foreground")
+# The same for LLDB sessions started without helpers.lldbtools (the SB API
+# driver of test_lldb_realprogs.py, bench runs): the native route from the
+# first stop; test_lldb_route.py tests the worker and the provider meanwhile.
+os.environ.setdefault("SFRAME_LLDB_SYMBOL_FILES", "foreground")
 
 # -- a binary built here, for tests that must not wait for the fixtures ------
 
