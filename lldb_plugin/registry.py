@@ -251,17 +251,31 @@ def _add_stop_hook(debugger: lldb.SBDebugger, target: lldb.SBTarget | None,
         debugger.SetSelectedTarget(target)
     if replace is not None:
         interp.HandleCommand(f"target stop-hook delete {replace}", lldb.SBCommandReturnObject())
-    initial = "" if at_initial_stop else "-I false "
-    interp.HandleCommand(f"target stop-hook add {initial}-P {__name__}.StopHook", result)
+    result, hook = _hook_add(interp, at_initial_stop)
     if target is not None and previous.IsValid():
         debugger.SetSelectedTarget(previous)
     if result.Succeeded():
         _hooked.add(key)
-        found = re.search(r"#(\d+)", result.GetOutput() or "")
-        if found:
-            _hook_ids[key] = int(found.group(1))
+        if hook is not None:
+            _hook_ids[key] = hook
     else:
         warn(f"could not add the stop-hook: {(result.GetError() or '').strip()}")
+
+
+def _hook_add(interp: lldb.SBCommandInterpreter, at_initial_stop: bool,
+              context: lldb.SBExecutionContext | None = None
+              ) -> tuple[lldb.SBCommandReturnObject, int | None]:
+    """``target stop-hook add`` of the plugin's hook (in ``context``'s target,
+    else the selected one): LLDB's answer, and the new hook's id if it said one."""
+    result = lldb.SBCommandReturnObject()
+    initial = "" if at_initial_stop else "-I false "
+    command = f"target stop-hook add {initial}-P {__name__}.StopHook"
+    if context is None:
+        interp.HandleCommand(command, result)
+    else:
+        interp.HandleCommand(command, context, result, False)
+    found = re.search(r"#(\d+)", result.GetOutput() or "") if result.Succeeded() else None
+    return result, int(found.group(1)) if found else None
 
 
 def _dummy_hook(debugger: lldb.SBDebugger, at_initial_stop: bool) -> bool:
@@ -278,17 +292,13 @@ def _dummy_hook(debugger: lldb.SBDebugger, at_initial_stop: bool) -> bool:
     interp.HandleCommand(f"target stop-hook delete {hook}", context, result, False)
     if not result.Succeeded():
         return False
-    result = lldb.SBCommandReturnObject()
-    initial = "" if at_initial_stop else "-I false "
-    interp.HandleCommand(f"target stop-hook add {initial}-P {__name__}.StopHook", context, result,
-                         False)
-    found = re.search(r"#(\d+)", result.GetOutput() or "")
-    if not result.Succeeded() or not found:
+    result, added = _hook_add(interp, at_initial_stop, context)
+    if added is None:
         _hook_ids.pop("dummy", None)
         _hooked.discard("dummy")
         warn(f"could not add the stop-hook: {(result.GetError() or '').strip()}")
         return False
-    _hook_ids["dummy"] = int(found.group(1))
+    _hook_ids["dummy"] = added
     return True
 
 
