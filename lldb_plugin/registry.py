@@ -81,6 +81,15 @@ def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
         # LLDB also builds a core's frame lists on its event thread, where a
         # provider making SB calls deadlocked 23.1.0: every thread's frames
         # are worked out here, first, and the provider only hands them out.
+        # And not while that thread still prints the core's stop (an import
+        # right after 'target create --core'), which builds the same frame
+        # lists with LLDB's unwinder: the SB calls below would contend with
+        # it for the thread's frame-list lock and the target's API lock.
+        if not _wait_for_event_thread(target.GetDebugger()):
+            warn_once(("core-busy", key), "core file: LLDB's event thread is still busy with "
+                      "the core's stop; the frame provider is not registered (use "
+                      "'sframe enable' once its status line is printed, or 'sframe bt')")
+            return None
         from .provider import SFrameFrameProvider
         process = target.GetProcess()
         for i in range(process.GetNumThreads()):
@@ -123,8 +132,9 @@ def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
     return ident
 
 
-def _wait_for_event_thread(debugger: lldb.SBDebugger, timeout: float = 2.0) -> None:
-    """Return once LLDB's event-handler thread has handled what it has queued.
+def _wait_for_event_thread(debugger: lldb.SBDebugger, timeout: float = 2.0) -> bool:
+    """Return once LLDB's event-handler thread has handled what it has queued:
+    True, or False when it was still busy after ``timeout`` seconds.
 
     Registering a provider broadcasts a stack-changed event per thread; the
     event thread takes it and prints the thread's status, which runs the
@@ -140,14 +150,14 @@ def _wait_for_event_thread(debugger: lldb.SBDebugger, timeout: float = 2.0) -> N
     """
     listener = debugger.GetListener()
     if not listener.IsValid():
-        return
+        return True
     global _marker
     if _marker is None:
         # One for the session: a queued event may outlive a wait that timed out.
         _marker = lldb.SBBroadcaster("sframe.event-thread-flush")
     marker, bit = _marker, 1
     if not marker.AddListener(listener, bit):
-        return
+        return True
     try:
         marker.BroadcastEventByType(bit)
         event = lldb.SBEvent()
@@ -156,8 +166,9 @@ def _wait_for_event_thread(debugger: lldb.SBDebugger, timeout: float = 2.0) -> N
             if time.monotonic() > deadline:
                 warn_once("event-thread", f"LLDB's event thread is busy (waited {timeout:g} s); "
                           "wait for the core's status line before 'target delete'")
-                return
+                return False
             time.sleep(0.005)
+        return True
     finally:
         marker.RemoveListener(listener, bit)
 
