@@ -34,6 +34,11 @@ if [ -z "${SETUP_SKIP_APT:-}" ]; then
   for p in qemu-user qemu-user-binfmt; do
     if apt_has "$p"; then pkgs+=("$p"); break; fi
   done
+  # the aarch64 and s390x libcs (real .eh_frame_hdr tables of other ABIs, one
+  # big-endian: tests/test_cfi_hdr.py); arch-all packages in Debian 12 and 13
+  for p in libc6-arm64-cross libc6-s390x-cross; do
+    if apt_has "$p"; then pkgs+=("$p"); fi
+  done
   # libsframe: libsframe0 (12), libsframe1 (13), libsframe2/3 later
   for p in libsframe3 libsframe2 libsframe1 libsframe0; do
     if apt_has "$p"; then pkgs+=("$p"); break; fi

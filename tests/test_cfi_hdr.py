@@ -28,6 +28,12 @@ from sframe_core.dwarf.cfi import CFITable
 
 LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")
 LOADER = Path("/lib64/ld-linux-x86-64.so.2")
+# Debian's cross libcs (libc6-arm64-cross, libc6-s390x-cross): the other
+# ABIs' real .eh_frame_hdr tables, s390x's big-endian.
+CROSS = [Path("/usr/aarch64-linux-gnu/lib/libc.so.6"),
+         Path("/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1"),
+         Path("/usr/s390x-linux-gnu/lib/libc.so.6"),
+         Path("/usr/s390x-linux-gnu/lib/ld64.so.1")]
 REALPROGS = [FIXTURES / "realprogs" / "lua5.4" / "busid-v3" / "lua5.4",
              FIXTURES / "realprogs" / "bzip2" / "busid-v3" / "bzip2",
              FIXTURES / "realprogs" / "lua5.4" / "bu2.40-v1" / "lua5.4"]
@@ -51,7 +57,8 @@ def _key(table: CFITable, pc: int) -> object:
             [(ins.opcode, ins.args) for ins in ref.entry.instructions])
 
 
-@pytest.mark.parametrize("path", [LIBC, LOADER, *REALPROGS], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [LIBC, LOADER, *CROSS, *REALPROGS],
+                         ids=lambda p: f"{p.parent.parent.name}-{p.name}" if p in CROSS else p.name)
 def test_header_lookup_is_the_full_read(path: Path) -> None:
     """At each FDE's first, middle and last byte and just outside it: the same
     FDE, with the same instructions; on every 8th FDE the same rows."""
