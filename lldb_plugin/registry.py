@@ -113,8 +113,9 @@ def register(target: lldb.SBTarget, *, check_now: bool = False) -> int | None:
         warn(f"could not register the frame provider: {error.GetCString() or 'unknown error'}")
         return None
     _ids[key] = ident
-    if core:
-        _wait_for_event_thread(target.GetDebugger())
+    if core and not _wait_for_event_thread(target.GetDebugger()):
+        warn_once("event-thread", "LLDB's event thread is busy (waited 2 s); "
+                  "wait for the core's status line before 'target delete'")
     # Nothing here asks a core's threads for their frames once the provider
     # is registered: LLDB's event-handler thread may be making it, holding
     # the thread's frame-list lock, while an SB call from here would hold the
@@ -164,8 +165,6 @@ def _wait_for_event_thread(debugger: lldb.SBDebugger, timeout: float = 2.0) -> b
         deadline = time.monotonic() + timeout
         while listener.PeekAtNextEventForBroadcaster(marker, event):
             if time.monotonic() > deadline:
-                warn_once("event-thread", f"LLDB's event thread is busy (waited {timeout:g} s); "
-                          "wait for the core's status line before 'target delete'")
                 return False
             time.sleep(0.005)
         return True
