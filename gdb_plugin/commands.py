@@ -14,7 +14,6 @@ from contextlib import contextmanager
 import gdb
 
 from sframe_core.base.errors import SFrameError
-from sframe_core.format.describe import lookup_text
 from sframe_core.version import __version__
 
 from .symfiles import FALLBACK, NATIVE, PENDING, SETTINGS, Route
@@ -68,6 +67,9 @@ def _lookup_lines(plugin: SFrameUnwinder, address: int) -> list[str]:
                 return [head, f"address 0x{address:x} is not covered by any FDE"]
             return [head,
                     f"address 0x{address:x} is in FDE [{fde.index}] but before its first FRE"]
+        # Imported here: the words of a lookup (and the analysis modules they
+        # name registers with) are for this command, not for gdb's start-up.
+        from sframe_core.format.describe import lookup_text
         lines = lookup_text(section, hit, pc=address)
     except SFrameError as exc:
         raise gdb.GdbError(f"sframe: {entry.path}: {exc}") from None
@@ -233,6 +235,12 @@ off:    never (like `disable unwinder global sframe')."""
         if self.value != self.plugin.mode:
             self.plugin.mode = self.value
             gdb.invalidate_cached_frames()
+            try:
+                # Out of ``auto`` the table is read again where new objfiles
+                # left it stale (``events.on_new_objfile``).
+                self.plugin.refresh()
+            except Exception:  # noqa: BLE001 - no program, or the next stop reads it
+                pass
         return ""
 
     def get_show_string(self, svalue: str) -> str:

@@ -31,6 +31,14 @@ def connect(plugin: SFrameUnwinder) -> None:
         plugin.mark_dirty(objfile.progspace)
         # Refresh now: GDB may unwind (stop at a breakpoint, `finish') before
         # the next prompt, and the unwinder may not read the table itself.
+        # Unless the unwinder looks at no frame there (every objfile with
+        # SFrame has its symbol file) and this objfile brings none: then
+        # nothing it would read changed, and the next stop or prompt
+        # re-reads the table (one `maint info sections' for all the
+        # libraries a `run' loads, not one per library).
+        if routes is not None and plugin.idle_in(objfile.progspace) \
+                and routes.adds_no_sframe(objfile):
+            return
         if objfile.progspace == gdb.current_progspace():
             try:
                 plugin.refresh()

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from sframe_core.base.errors import SFrameError
 from sframe_core.format.elf import ElfSFrame, read_elf
-from sframe_core.targets.modules import Mapping, Module, load_bias
 from sframe_core.unwind.addresses import AddressMap, Region
 
 if TYPE_CHECKING:
     from sframe_core.format.section import SFrameSection
+    from sframe_core.targets.modules import Mapping, Module
 
     from .registers import Registers
 
@@ -97,6 +97,9 @@ class ObjfileEntry:
 
     def get_module(self, plugin: Reporter) -> Module | None:
         if self.module is None and not self.failed:
+            # Imported at the first frame unwound through an objfile: a
+            # session whose objfiles all have symbol files never needs it.
+            from sframe_core.targets.modules import Module
             try:
                 info = read_elf(self.path)
                 if info.sframe_address is None:
@@ -256,6 +259,8 @@ def parse_core_regions(text: str) -> list[Region]:
 
 def parse_mappings(text: str) -> list[Mapping]:
     """The file mappings listed by ``info proc mappings`` (live processes and cores)."""
+    from sframe_core.targets.modules import Mapping
+
     return [Mapping(int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16), m.group(4).strip())
             for m in _MAPPING.finditer(text)]
 
@@ -287,6 +292,8 @@ def segment_candidates(paths: set[str], no_segment: set[tuple[str, int]]) -> dic
 def segment_entries(candidates: dict[str, ElfSFrame], mappings: list[Mapping],
                     old: dict[tuple[str, int], ObjfileEntry]) -> list[ObjfileEntry]:
     """Entries for the ``candidates`` (GDB shows no sections of them), placed by the mappings."""
+    from sframe_core.targets.modules import load_bias
+
     entries = []
     for path, info in candidates.items():
         bias = load_bias(info, (m for m in mappings if m.path == path))

@@ -105,6 +105,9 @@ class Routes:
         self._jobs: dict[str, Job] = {}  # module path -> its worker
         self._ready: dict[str, JobResult] = {}  # workers done, not yet attached
         self._warned: set[str] = set()
+        # Objfiles whose file on this machine has section headers and no
+        # .sframe: gdb lists no .sframe of theirs either (``adds_no_sframe``).
+        self._no_sframe: set[gdb.Objfile] = set()
 
     # What the unwinder and the commands ask -----------------------------------
 
@@ -117,6 +120,16 @@ class Routes:
         """The objfiles (by file name, as gdb shows it) gdb's own unwinder serves."""
         return {objfile.filename for objfile, route in self.routes(progspace)
                 if route.kind == NATIVE}
+
+    def adds_no_sframe(self, objfile) -> bool:
+        """Is ``objfile`` known to bring no objfile with SFrame (``consider``
+        has seen it)? A separate debug file or the vdso (neither is an
+        objfile the unwinder serves), or a local file with section headers
+        and no ``.sframe``: then the unwinder's table of objfiles with SFrame
+        is what it was, and only the code ranges it keeps change."""
+        if objfile.owner is not None or not getattr(objfile, "is_file", True):
+            return True
+        return objfile in self._no_sframe
 
     def serves_fallback(self, progspace: object) -> bool:
         """Does an objfile with SFrame there wait for, or go without, its symbol file?"""
@@ -138,6 +151,7 @@ class Routes:
         route = self._decide(objfile)
         if route is None:
             return
+        self._no_sframe.discard(objfile)
         self._set(objfile, route)
 
     def reconsider(self) -> None:
@@ -150,6 +164,7 @@ class Routes:
                     self._changed(objfile.progspace)
 
     def forget(self, objfile) -> None:
+        self._no_sframe.discard(objfile)
         if self._routes.pop(objfile, None) is not None:
             self._changed(objfile.progspace)
 
@@ -179,6 +194,8 @@ class Routes:
             return None  # not an ELF file gdb and we agree on: left to gdb
         if module.section(".sframe") is None:
             if module.sections:
+                if not (objfile.filename or "").startswith("target:"):
+                    self._no_sframe.add(objfile)  # what gdb reads is this file
                 return None
             try:
                 segment = read_elf(path).has_sframe
@@ -214,14 +231,14 @@ class Routes:
         if existing is not None:
             return Route(NATIVE, path, existing)
         try:
-            cached = cached_symbol_file(path, function_symbols=False)
+            cached = cached_symbol_file(path, function_symbols=False, module=module)
         except SFrameError as exc:
             return Route(FALLBACK, path, str(exc))
         if cached is not None:
             return self._attach(objfile, path, cached.path)
         if self.setting == "foreground" or made_at_once(path):
             try:
-                made = symbol_file_for(path, function_symbols=False)
+                made = symbol_file_for(path, function_symbols=False, module=module)
             except SFrameError as exc:
                 return Route(FALLBACK, path, str(exc))
             self._warn(made.warning)

@@ -297,6 +297,11 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         self._dirty.discard(progspace)
         self._idle.discard(progspace)
 
+    def idle_in(self, progspace: object) -> bool:
+        """Does the unwinder look at no frame of ``progspace`` (``__call__``),
+        whatever its table of objfiles says?"""
+        return self.mode == "auto" and progspace in self._idle
+
     def route_changed(self, progspace: object) -> None:
         """The DWARF route took or gave up objfiles of ``progspace``."""
         self.mark_dirty(progspace)

@@ -25,6 +25,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -617,12 +618,12 @@ def test_unwritable_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     module = str(_fixture("x86_64", "busid-v3", "deep.noeh"))
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    monkeypatch.setattr(symfile.tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     made = symfile.symbol_file_for(module, cache=str(blocker / "cache"))
     assert made.warning == (f"{blocker / 'cache'}: not writable; symbol files go to "
                             f"{tmp_path / 'tmp' / f'sframe-gdb-{os.getuid()}' / 'symbols'}")
     assert made.path.startswith(str(tmp_path / "tmp"))
-    monkeypatch.setattr(symfile.tempfile, "tempdir", str(blocker))
+    monkeypatch.setattr(tempfile, "tempdir", str(blocker))
     with pytest.raises(FileError, match=r"cannot write the symbol file cache") as exc:
         symfile.symbol_file_for(module, cache=str(blocker / "cache"))
     assert "\n" not in str(exc.value)

@@ -6,16 +6,20 @@ both sources of rows (SFrame v3 flexible FDEs and DWARF CFI) speak in them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Arch", "AMD64", "AARCH64_LE", "AARCH64_BE", "S390X", "arch_for_abi", "arch_for_machine",
            "ELF_MACHINE_NAMES",
            "ARCHES"]
 
 
-@dataclass(frozen=True, slots=True)
-class Arch:
-    """Per-ABI facts the decoder and the unwinder need."""
+class Arch(NamedTuple):
+    """Per-ABI facts the decoder and the unwinder need.
+
+    A NamedTuple, as the core's other records, not a dataclass: every
+    debugger start-up imports this module, and ``dataclasses`` brings
+    ``inspect`` and ``ast`` (7 ms of gdb's start-up) with it.
+    """
 
     name: str
     abi_id: int  # sfh_abi_arch

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import os
 import struct
-from dataclasses import dataclass
 from typing import Any, BinaryIO, NamedTuple
 
 from ..base.abi import ELF_MACHINE_NAMES
@@ -50,8 +49,7 @@ class LoadSegment(NamedTuple):
     executable: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ElfSFrame:
+class ElfSFrame(NamedTuple):
     """What an ELF file holds for unwinding, read once from its headers.
 
     ``sframe_address`` is the section's file (link-time) address; ``data``

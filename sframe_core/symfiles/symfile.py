@@ -32,7 +32,6 @@ import itertools
 import os
 import stat
 import struct
-import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO, NamedTuple
@@ -53,10 +52,13 @@ from ..dwarf.debug_frame import (
 )
 from ..format.elf import ElfSFrame, read_elf
 from ..format.section import SFrameSection
-from ..targets.modules import Module
 from ..targets.symbols import DEBUG_ROOTS, SymbolTable
 from . import cache as symcache
 from .elfsyms import executable_sections, function_symbols
+
+# tempfile (with shutil, random and the compressors shutil imports) and the
+# module table are imported where a symbol file is written or generated: a
+# debugger's cache hit, what every warm start-up pays for, needs neither.
 
 __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_symbol_file",
            "write_symbol_file", "default_jobs", "PARALLEL_MIN_FDES",
@@ -552,8 +554,9 @@ def _debuglink(plan: _Plan) -> bytes | None:
 
 
 def _plan(path: str, debug_roots: Sequence[str], symbols: bool = True,
-          before_entry: bool = False) -> _Plan:
-    module = read_module(path)
+          before_entry: bool = False, module: ModuleInfo | None = None) -> _Plan:
+    if module is None or module.path != path:
+        module = read_module(path)
     if module.elf_type == _ET_REL:
         raise FileError(f"{path}: a relocatable object (.o): symbol files are made for linked "
                         "executables and libraries")
@@ -631,6 +634,8 @@ def _frame(plan: _Plan, jobs: int = 1) -> _Frames:
     does not cover. ``jobs`` > 1: the FDEs are made by up to that many worker
     processes (``_parallel``), the same bytes.
     """
+    from ..targets.modules import Module
+
     path = plan.module.path
     info = read_elf(path)
     section = info.open()
@@ -816,6 +821,8 @@ def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
 
 def _write_atomically(target: str, plan: _Plan, frame: _Frames) -> None:
     """Write to a temporary file beside ``target``, then rename it into place."""
+    import tempfile
+
     directory = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=".sframe-tmp-", suffix=".debug", dir=directory)
     try:
@@ -928,6 +935,8 @@ def _fallback_dir() -> str | None:
     Only one we own and that is not a symlink: another user cannot plant
     files there for us to hand to the debugger.
     """
+    import tempfile
+
     directory = os.path.join(tempfile.gettempdir(), f"sframe-gdb-{os.getuid()}", "symbols")
     parent = os.path.dirname(directory)
     try:
@@ -967,17 +976,19 @@ def _cache_target(plan: _Plan, cache: str | None) -> tuple[str, str, str | None]
 def cached_symbol_file(path: str, *, cache: str | None = None,
                        debug_roots: Iterable[str] = DEBUG_ROOTS,
                        function_symbols: bool = True,
-                       before_entry: bool = False) -> SymbolFile | None:
+                       before_entry: bool = False,
+                       module: ModuleInfo | None = None) -> SymbolFile | None:
     """The symbol file for module ``path`` if the cache holds it, else None.
 
     Costs what a hit of ``symbol_file_for`` costs (the module's headers and a
     hash of its ``.sframe``), never a generation: an adapter asks this first,
     and only on a miss decides whether to generate now or in a worker
-    (``symjobs``).
+    (``symjobs``). ``module``: ``read_module(path)`` if the caller has read
+    it already (the headers are then not read twice).
 
     :raises SFrameError: as ``symbol_file_for``.
     """
-    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry)
+    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module)
     target, _, warning = _cache_target(plan, cache)
     if not _cached(target):
         return None
@@ -988,7 +999,7 @@ def cached_symbol_file(path: str, *, cache: str | None = None,
 def symbol_file_for(path: str, *, cache: str | None = None,
                     debug_roots: Iterable[str] = DEBUG_ROOTS,
                     function_symbols: bool = True, before_entry: bool = False,
-                    jobs: int = 1) -> SymbolFile:
+                    jobs: int = 1, module: ModuleInfo | None = None) -> SymbolFile:
     """The cached symbol file for module ``path``, generated if it is not there yet.
 
     A cache hit reads the module's headers and hashes its ``.sframe``, nothing
@@ -999,12 +1010,13 @@ def symbol_file_for(path: str, *, cache: str | None = None,
     unnamed symbol and an FDE (``_before_entry``), a file of its own. ``jobs``
     as in ``write_symbol_file`` (never above 1 from a debugger's own Python:
     it would fork the debugger; ``symjobs`` runs a worker process instead).
+    ``module`` as in ``cached_symbol_file``.
 
     :raises SFrameError: one line naming the file and what is wrong (not ELF,
         no ``.sframe``, corrupt ``.sframe``, nowhere to write); nothing is
         written half-way.
     """
-    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry)
+    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module)
     target, directory, warning = _cache_target(plan, cache)
     if _cached(target):
         symcache.touch(target)  # its "last used" time, for pruning

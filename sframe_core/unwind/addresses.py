@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..base.abi import Arch
 
@@ -29,8 +29,7 @@ __all__ = ["Region", "AddressMap", "return_address_problem", "regions_from_maps"
 LOWEST_CODE = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class Region:
+class Region(NamedTuple):
     """``[start, end)`` of the address space; ``executable`` None where not known
     (a file a core maps, whose permissions the core does not record).
     ``mapped`` is False for a gap a debugger reports as such."""
