@@ -28,14 +28,14 @@ may not call ``gdb.execute``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import gdb
 import gdb.unwinder
 
 from sframe_core.base.abi import AARCH64_LE, AMD64, Arch
 from sframe_core.base.errors import SFrameError
 from sframe_core.base.memory import PageCache
-from sframe_core.base.rows import Row
-from sframe_core.format.section import SFrameSection
 from sframe_core.unwind.addresses import AddressMap, Region, regions_from_maps, return_address_problem
 from sframe_core.unwind.norow import entry_stop, is_sigreturn
 from sframe_core.unwind.step import DEFAULT_PAC_MASK, NORMAL_ENDS, Stop, caller_registers
@@ -53,6 +53,10 @@ from .objfiles import (
 )
 from .registers import Handles, Registers
 from .symfiles import Routes
+
+if TYPE_CHECKING:
+    from sframe_core.base.rows import Row
+    from sframe_core.format.section import SFrameSection
 
 _FLOAT = gdb.TYPE_CODE_FLT
 _VALUE_CACHE = 4096

@@ -23,6 +23,7 @@ from helpers import FIXTURES, ROOT
 from sframe_core.analysis import effects
 from sframe_core.analysis.decoders import decoder_for
 from sframe_core.analysis.effects import Effect
+from sframe_core.dwarf import debug_frame
 from sframe_core.format.elf import read_elf
 from sframe_core.symfiles import symfile
 
@@ -88,14 +89,14 @@ def test_workers_write_the_same_bytes(monkeypatch: pytest.MonkeyPatch, threads: 
     monkeypatch.setattr(symfile, "_PART_MIN", 64)  # lua5.4: 797 FDEs, 13 parts
     monkeypatch.setattr(threading, "active_count", lambda: threads)
     here: list[range] = []  # parts the parent made itself (the fallback)
-    functions = symfile.functions
+    functions = debug_frame.functions
 
     def parent_functions(section: Any, rows_for: Any = None, fdes: range | None = None) -> Any:
         if fdes is not None:
             here.append(fdes)
         return functions(section, rows_for, fdes)
 
-    monkeypatch.setattr(symfile, "functions", parent_functions)
+    monkeypatch.setattr(debug_frame, "functions", parent_functions)
     assert symfile.symbol_file_bytes(str(LUA_X86), jobs=2) == one
     assert here == []
 

@@ -9,13 +9,18 @@ from __future__ import annotations
 import functools
 import os
 import struct
-from typing import Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from ..base.abi import ELF_MACHINE_NAMES
 from ..base.errors import FileError, FormatError, reading_elf
 from ..base.files import MAX_SECTION_SIZE, ElfLayout, SectionHeader, elf_layout, open_elf
-from .records import HEADER_SIZE, parse_header
-from .section import CodeReader, PointerReader, SFrameSection
+
+if TYPE_CHECKING:
+    from .section import CodeReader, PointerReader, SFrameSection
+
+# The SFrame decoder (records, section, rules) is imported where a section
+# is decoded: a debugger whose objfiles all have symbol files reads ELF
+# headers here and never decodes one, and its start-up pays for the imports.
 
 __all__ = ["PT_GNU_SFRAME", "SHT_GNU_SFRAME", "ElfSFrame", "LoadSegment", "read_elf", "open_sframe"]
 
@@ -82,6 +87,8 @@ class ElfSFrame(NamedTuple):
 
     @property
     def has_sframe(self) -> bool:
+        from .records import HEADER_SIZE
+
         return self.data is not None and len(self.data) >= HEADER_SIZE
 
     @property
@@ -92,6 +99,8 @@ class ElfSFrame(NamedTuple):
         """The section, at its file address or at ``address`` (runtime)."""
         if not self.has_sframe or self.data is None or self.sframe_address is None:
             return None
+        from .section import SFrameSection
+
         base = self.sframe_address if address is None else address
         try:
             section = SFrameSection(self.data, base, pcrel=True if self.relocated else None,
@@ -305,6 +314,8 @@ def _segment_sframe(data: bytes) -> bytes:
     """PT_GNU_SFRAME's bytes: p_filesz can exceed the section, so keep what
     the header claims (a bad header is reported, with its offset, when the
     section is opened)."""
+    from .records import HEADER_SIZE, parse_header
+
     if len(data) >= HEADER_SIZE:
         try:
             return data[: parse_header(data).size]
@@ -314,6 +325,8 @@ def _segment_sframe(data: bytes) -> bytes:
 
 
 def _read(elf: Any, name: str) -> ElfSFrame:
+    from .records import HEADER_SIZE
+
     has_eh = has_debug = False
     address: int | None = None
     data: bytes | None = None

@@ -35,7 +35,9 @@ CodeReader = Callable[[int, int], "bytes | None"]
 PointerReader = Callable[[int, int], "list[int] | None"]
 # The switch for the callee-saved register analysis (saved.py): rows carry
 # rules for rbx/r12-r15, x19-x28/d8-d15 where the function's code proves them.
-# Sections opened with ``saved_registers=None`` follow it.
+# Sections opened with ``saved_registers=None`` follow it. (``format.saved_registers``
+# reads it without importing this module, and takes this default for a module
+# not imported yet.)
 SAVED_REGISTERS = True
 # Functions whose analysis is kept (a few KiB each at most).
 SAVED_CACHE_SIZE = 1024

@@ -34,31 +34,26 @@ import stat
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from ..base.abi import AMD64
 from ..base.errors import FileError, FormatError, SFrameError
 from ..base.files import SectionHeader as _Section
 from ..base.files import notes_build_id
-from ..dwarf.debug_frame import (
-    Encoded,
-    Function,
-    assemble,
-    eh_frame,
-    encode_functions,
-    encoded,
-    entry_function,
-    functions,
-)
+from ..format import saved_registers
 from ..format.elf import ElfSFrame, read_elf
-from ..format.section import SFrameSection
 from ..targets.symbols import DEBUG_ROOTS, SymbolTable
 from . import cache as symcache
 from .elfsyms import executable_sections, function_symbols
 
-# tempfile (with shutil, random and the compressors shutil imports) and the
-# module table are imported where a symbol file is written or generated: a
-# debugger's cache hit, what every warm start-up pays for, needs neither.
+if TYPE_CHECKING:
+    from ..dwarf.debug_frame import Encoded, Function
+    from ..format.section import SFrameSection
+
+# tempfile (with shutil, random and the compressors shutil imports), the
+# .debug_frame writer (with the SFrame decoder) and the module table are
+# imported where a symbol file is written or generated: a debugger's cache
+# hit, what every warm start-up pays for, needs none of them.
 
 __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_symbol_file",
            "write_symbol_file", "default_jobs", "PARALLEL_MIN_FDES",
@@ -634,6 +629,7 @@ def _frame(plan: _Plan, jobs: int = 1) -> _Frames:
     does not cover. ``jobs`` > 1: the FDEs are made by up to that many worker
     processes (``_parallel``), the same bytes.
     """
+    from ..dwarf.debug_frame import assemble, encode_functions, encoded, entry_function, functions
     from ..targets.modules import Module
 
     path = plan.module.path
@@ -688,6 +684,8 @@ def _entry_eh_frame(plan: _Plan, info: ElfSFrame, section: SFrameSection,
     if not plan.symbols or info.has_eh_frame or not info.entry \
             or info.elf_type not in ("ET_EXEC", "ET_DYN"):
         return b""
+    from ..dwarf.debug_frame import eh_frame, functions
+
     fde = section.find_fde(info.entry)
     funcs = extra
     if fde is not None:
@@ -764,6 +762,8 @@ def _encode_part(path: str, fdes: range, covered: list[tuple[int, int]],
                  saved: bool) -> list[Encoded] | None:
     """A worker's share: the FDEs of ``fdes`` encoded, or None when one of them
     is corrupt (the parent then does the part itself, to raise what it says)."""
+    from ..dwarf.debug_frame import encoded, functions
+
     try:
         section = read_elf(path).open()
         if section is None:
@@ -791,6 +791,7 @@ def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
+    from ..dwarf.debug_frame import encoded, functions
     from ..format import section as section_module
 
     count = section.num_fdes
@@ -912,8 +913,7 @@ def _cache_name(plan: _Plan) -> str:
         digest.update(b"no function symbols, no debug information\0")
     if plan.before_entry:
         digest.update(b"an unnamed symbol before the entry point\0")
-    from ..format import section as section_module
-    if not section_module.SAVED_REGISTERS:
+    if not saved_registers():
         # Turned off (a control run, or no capstone wanted): the rules differ.
         digest.update(b"no saved-register rules\0")
     prefix = plan.module.build_id or "nobuildid"
