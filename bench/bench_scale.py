@@ -64,8 +64,18 @@ REAL = {
 # -- the programs ------------------------------------------------------------------
 
 
-def _function(i: int) -> str:
-    """Function ``f<i>``, one of five shapes a compiler lays out differently."""
+def _function(i: int, edited: bool = False) -> str:
+    """Function ``f<i>``, one of five shapes a compiler lays out differently;
+    ``edited``: with three more calls first (an edit between builds: longer
+    by more than the 16-byte alignment, so the functions after it move)."""
+    text = _shaped(i)
+    if edited:
+        text = text.replace("(long a, long b) { ", "(long a, long b) { b += ext(b ^ 77); "
+                            "b ^= ext(b + 78); b -= ext(b * 79); ", 1)
+    return text
+
+
+def _shaped(i: int) -> str:
     shape = i % 5
     name = f"f{i}"
     if shape == 0:  # callee-saved registers live across calls
@@ -91,15 +101,16 @@ def _function(i: int) -> str:
 _HEADER = "long ext(long);\nlong use(char *, int);\n"
 
 
-def gen_program(functions: int, directory: Path) -> list[Path]:
+def gen_program(functions: int, directory: Path, edited: int | None = None) -> list[Path]:
     """C files for a program of ``functions`` functions plus the chain, ``ext``,
-    ``use``, ``stop_here`` and ``main`` (a few more FDEs)."""
+    ``use``, ``stop_here`` and ``main`` (a few more FDEs); ``edited``: the
+    function changed as between two builds of an edit-compile-debug loop."""
     directory.mkdir(parents=True, exist_ok=True)
     files = []
     for first in range(0, functions, PER_FILE):
         path = directory / f"part{first // PER_FILE}.c"
-        path.write_text(_HEADER + "".join(_function(i) for i in range(first,
-                                                                     min(first + PER_FILE, functions))))
+        path.write_text(_HEADER + "".join(_function(i, i == edited) for i in range(
+            first, min(first + PER_FILE, functions))))
         files.append(path)
     chain = ["#include <stdio.h>\n", "volatile long sink;\n",
              "__attribute__((noinline)) long ext(long x) { sink = x; return sink * 3 + 1; }\n",

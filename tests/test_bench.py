@@ -28,6 +28,7 @@ BENCHES = {
     "bench_verify": (["--functions", "300", "--repeat", "1"], "bar: under 5 s"),
     "bench_core_start": (["--runs", "1"], "target 0.5 s: --core wall"),
     "bench_scale": (["--sizes", "100", "--lldb", "23", "--real", "none"], "frames agree"),
+    "bench_rebuild": (["--sizes", "300"], "same bytes"),
     "bench_saved": ([str(ROOT / "tests" / "fixtures" / "realprogs" / "bzip2" / "busid-v3-Os" / "bzip2")],
                     "us per code byte"),
 }

@@ -240,6 +240,12 @@ class _Decoder:
         """Effects of the instructions from ``address`` on; None where decoding fails."""
         raise NotImplementedError
 
+    def lite(self, code: bytes, address: int) -> Iterator[tuple[int, int, str, str]]:
+        """(address, size, mnemonic, operands) of the instructions from ``address``
+        on, up to the first undecodable one: the boundaries ``effects`` decodes at
+        (amd64), without details."""
+        return self._lite.disasm_lite(code, address)
+
 
 
 # -- shared by the jump-table readers --------------------------------------------

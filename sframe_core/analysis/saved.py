@@ -45,6 +45,7 @@ from .aarch64 import aarch64_jump_tables
 from .amd64 import amd64_jump_tables
 from .decoders import decoder_for
 from .effects import Base, Effect, Flow
+from .results import INDIRECT, Kept, Reads, ResultStore, flow_key, index_key, masked_key, masks_of, read_key
 from .s390x import s390x_jump_table
 
 __all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis"]
@@ -258,7 +259,9 @@ _RED_ZONE = {"amd64": 128}
 def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule | None],
             read: Callable[[int, int], bytes | None] | None = None,
             absolute_tables: bool = False,
-            pointers: Callable[[int, int], list[int] | None] | None = None) -> Analysis:
+            pointers: Callable[[int, int], list[int] | None] | None = None,
+            store: ResultStore | None = None,
+            rows: Sequence[tuple[int, CFARule | None]] | None = None) -> Analysis:
     """Rules for the callee-saved registers over ``[start, start + len(code))``.
 
     ``cfa_at(pc)`` gives SFrame's CFA rule at a PC of the function (None
@@ -268,6 +271,10 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     ``pointers(address, count)`` the code addresses a table will hold once
     loaded (amd64 computed gotos, PIEs included). The
     result's spans cover the decoded instructions; PCs outside them have no rules.
+    ``store``: results kept from earlier runs (another build of the program),
+    by ``flow_key``; the dataflow, the costly part, runs only on a miss.
+    ``rows``: the (address, CFA rule) rows ``cfa_at`` answers from, which
+    amd64's keys from the bytes need (``results.masked_key``).
     """
     decoder = decoder_for(arch)
     if decoder is None:
@@ -277,6 +284,27 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     entry_cfa = cfa_at(start)
     if entry_cfa != CFARule(arch.sp, _ENTRY_CFA[arch.name]):
         return Analysis((), "the first row is not a function entry")
+    # amd64: keys from the bytes, with the fields other builds found masked
+    # (``results.masked_key``): no detailed decoding on a hit.
+    index = None if store is None or rows is None else index_key(arch, len(code), start, rows)
+    context = f"{read is None} {pointers is None} {absolute_tables}"  # what the table readers get
+    if index is not None and store is not None:
+        for masks in store.masks(index):
+            quick = masked_key(index, masks, code, start)
+            if quick is None:
+                continue
+            if masks[:1] == (INDIRECT,):
+                # Asked again of the file as it is now (``results.read_key``).
+                for known in store.reads(quick):
+                    now = _answers(known, read, pointers)
+                    hit = None if now is None else \
+                        _moved(store.get(read_key(quick, known, now, context)), start, len(code))
+                    if hit is not None:
+                        return hit
+                continue
+            hit = _moved(store.get(quick), start, len(code))
+            if hit is not None:
+                return hit
     effects: list[Effect] = []
     # All or nothing: code not decoded could jump back into the rest.
     for eff in decoder.effects(code, start):
@@ -300,7 +328,11 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     # entries only; the others may go anywhere (see the module docstring).
     tables: dict[int, list[int]] = {}
     sites = [i for i, eff in enumerate(effects) if eff.flow is Flow.INDIRECT]
+    asked: list[tuple[int, int, int]] = []  # what the jump-table readers asked, in order
+    answers: list[bytes | list[int] | None] = []
     if read is not None and sites and arch.name in ("amd64", "aarch64", "s390x"):
+        if index is not None:
+            read, pointers = _logged(read, pointers, asked, answers)
         leaders = {eff.target for eff in effects if eff.target is not None}
         sources: dict[int, list[int]] = {}
         for i, eff in enumerate(effects):
@@ -316,8 +348,86 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
             if all(t in at or not start <= t < end for t in targets):
                 tables[i] = [at[t] for t in targets if t in at]
     tracked = decoder.tracked
-    index = {reg: i for i, reg in enumerate(tracked)}
     anchors = [_anchor(cfa_at(eff.address), arch) for eff in effects]
+    # Everything from here on reads only what the key holds (see ``flow_key``):
+    # a result kept for the same key is the one the dataflow would give.
+    if store is None:
+        return _dataflow(arch, tracked, effects, start, end, at, tables, anchors)
+    key = flow_key(arch, tracked, effects, start, end, tables, anchors)
+    result = None if key is None else _moved(store.get(key), start, len(code))
+    if result is None:
+        result = _dataflow(arch, tracked, effects, start, end, at, tables, anchors)
+        if key is not None:
+            store.put(key, _relative(result, start))
+    if index is not None and (not sites or read is not None):
+        # Without indirect jumps nothing was read from the file: the bytes say
+        # it all; with them, the bytes at this address and what was read.
+        masks = masks_of(effects, code, start, bool(sites))
+        quick = masked_key(index, masks, code, start)
+        if quick is not None:
+            if sites:
+                reads: Reads = tuple(asked)
+                store.put(read_key(quick, reads, answers, context), _relative(result, start))
+                store.add_reads(quick, reads)
+            else:
+                store.put(quick, _relative(result, start))
+            store.add_masks(index, masks)
+    return result
+
+
+def _answers(reads: Reads, read: Callable[[int, int], bytes | None] | None,
+             pointers: Callable[[int, int], list[int] | None] | None,
+             ) -> list[bytes | list[int] | None] | None:
+    """What the file answers now to the questions ``reads`` (None: one cannot be asked)."""
+    out: list[bytes | list[int] | None] = []
+    for kind, address, size in reads:
+        if kind == 0 and read is not None:
+            out.append(read(address, size))
+        elif kind == 1 and pointers is not None:
+            found = pointers(address, size)
+            out.append(None if found is None else list(found))
+        else:
+            return None
+    return out
+
+
+def _logged(read: Callable[[int, int], bytes | None],
+            pointers: Callable[[int, int], list[int] | None] | None,
+            asked: list[tuple[int, int, int]], answers: list[bytes | list[int] | None],
+            ) -> tuple[Callable[[int, int], bytes | None],
+                       Callable[[int, int], list[int] | None] | None]:
+    """``read`` and ``pointers`` writing down what they are asked and answer."""
+    def logged_read(address: int, size: int) -> bytes | None:
+        found = read(address, size)
+        asked.append((0, address, size))
+        answers.append(found)
+        return found
+
+    def logged_pointers(address: int, count: int) -> list[int] | None:
+        assert pointers is not None
+        found = pointers(address, count)
+        asked.append((1, address, count))
+        answers.append(None if found is None else list(found))
+        return found
+    return logged_read, (None if pointers is None else logged_pointers)
+
+
+def _moved(kept: Kept | None, start: int, size: int) -> Analysis | None:
+    """A kept result (spans relative to its function's start) for the function
+    at ``start``; None when there is none or it does not fit in ``size`` bytes."""
+    if kept is None or (kept and (kept[0][0] < 0 or kept[-1][1] > size)):
+        return None
+    return Analysis(tuple(Span(start + lo, start + hi, regs) for lo, hi, regs in kept))
+
+
+def _relative(result: Analysis, start: int) -> tuple[Span, ...]:
+    return tuple(Span(lo - start, hi - start, regs) for lo, hi, regs in result.spans)
+
+
+def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start: int, end: int,
+              at: dict[int, int], tables: dict[int, list[int]], anchors: list[Anchor]) -> Analysis:
+    """The dataflow over a decoded function: its spans of rules (``analyse``)."""
+    index = {reg: i for i, reg in enumerate(tracked)}
     entry = _reconcile(_State(-_ENTRY_CFA[arch.name], None,
                               tuple((None, True, False, None) for _ in tracked)),
                        anchors[0])

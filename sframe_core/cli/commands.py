@@ -366,12 +366,13 @@ def run_to_dwarf(args: argparse.Namespace) -> int:
 def _configure_cache(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--list", action="store_const", dest="action", const="list",
-                      help="list the cached symbol files, least recently used first (default)")
+                      help="list the cached symbol files and kept analysis results, least recently "
+                           "used first (default)")
     what.add_argument("--prune", action="store_const", dest="action", const="prune",
                       help="remove files unused for SFRAME_CACHE_DAYS days (30), then the least "
                            "recently used above SFRAME_CACHE_MAX_MB megabytes (1024)")
     what.add_argument("--clear", action="store_const", dest="action", const="clear",
-                      help="remove every cached symbol file")
+                      help="remove every cached symbol file and kept analysis result")
     parser.add_argument("--dir", metavar="DIR",
                         help="the cache directory (default: $XDG_CACHE_HOME/sframe-gdb/symbols)")
 

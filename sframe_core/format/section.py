@@ -23,6 +23,7 @@ from .records import FDE, FRE, Header, decode_fres, fde_decoder, fde_start_field
 from .rules import FRERules, fre_rules
 
 if TYPE_CHECKING:
+    from ..analysis.results import ResultStore
     from ..analysis.saved import Analysis
 
 __all__ = ["SFrameSection", "Lookup", "CodeReader", "PointerReader", "SAVED_REGISTERS"]
@@ -106,6 +107,8 @@ class SFrameSection:
         self.absolute_tables = False
         # Tables of code addresses (computed gotos), as they are once loaded.
         self.pointers: PointerReader | None = None
+        # Results kept from other builds of the module (symbol files only).
+        self.analysis_store: ResultStore | None = None
 
     # -- FDEs ------------------------------------------------------------
 
@@ -301,12 +304,14 @@ class SFrameSection:
             SAVED_REGISTERS if self.saved_registers is None else self.saved_registers)
 
     def _row(self, fde: FDE, fre: FRE, rules: FRERules, start: int, end: int,
-             pc: int | None = None) -> Row:
+             pc: int | None = None, analysis: Analysis | None = None) -> Row:
         """The row of ``fre`` for ``[start, end)``; with ``pc``, narrowed to the
-        span around it where the saved-register rules (saved.py) do not change."""
+        span around it where the saved-register rules (saved.py) do not change
+        (``analysis``: the function's, when the caller has it already)."""
         regs: tuple[tuple[int, Rule], ...] = ()
-        if pc is not None and self._wants_saved(fde):
-            regs, lo, hi = self.saved_analysis(fde).regs_at(pc)
+        if pc is not None and (analysis is not None or self._wants_saved(fde)):
+            found = analysis if analysis is not None else self.saved_analysis(fde)
+            regs, lo, hi = found.regs_at(pc)
             start, end = max(start, lo), min(end, hi)
         return Row(start, end, fde.start, correct_cfa(self.arch, fde, rules.cfa), rules.ra, rules.fp,
                    regs, fre.mangled_ra, rules.outermost, self.header.version == 3 and fde.signal,
@@ -324,7 +329,7 @@ class SFrameSection:
         base = fde.start + block * fde.rep_size if fde.is_pcmask else fde.start
         limit = min(base + fde.rep_size, fde.end) if fde.is_pcmask else fde.end
         fres = self.get_fres(fde)
-        saved = self._wants_saved(fde)
+        saved = self.saved_analysis(fde) if fres and self._wants_saved(fde) else None
         rows: list[Row] = []
         for k, fre in enumerate(fres):
             start = base + fre.start
@@ -332,7 +337,7 @@ class SFrameSection:
             rules = self._rules_for(fde, fre)
             pc = start
             while pc < end:
-                row = self._row(fde, fre, rules, pc, end, pc if saved else None)
+                row = self._row(fde, fre, rules, pc, end, None if saved is None else pc, saved)
                 rows.append(row)
                 pc = row.end
         return rows
@@ -358,7 +363,7 @@ class SFrameSection:
             fres = self.get_fres(fde)
             cfas: list[tuple[int, CFARule | None]] = []
             for fre in fres:
-                rules = fre_rules(self.header, fde, fre, self.arch)
+                rules = self._rules_for(fde, fre)  # the rules the rows have
                 cfas.append((fde.start + fre.start, correct_cfa(self.arch, fde, rules.cfa)))
             starts = [s for s, _ in cfas]
 
@@ -367,7 +372,7 @@ class SFrameSection:
                 return cfas[k][1] if k >= 0 else None
 
             result = analyse(self.arch, code, fde.start, cfa_at, self.code, self.absolute_tables,
-                             self.pointers)
+                             self.pointers, self.analysis_store, cfas)
         self._saved[fde.index] = result
         if len(self._saved) > SAVED_CACHE_SIZE:
             self._saved.popitem(last=False)

@@ -13,8 +13,11 @@ refreshes the file's modification time, which is its "last used" time):
   (one that has it open keeps reading it after the unlink);
 - a temporary file of an interrupted write older than a day goes.
 
-Only names this package writes are touched (``*.debug``,
-``.sframe-tmp-*.debug``); anything else in the directory is left alone.
+The analysis results kept beside them (``*.analysis``,
+``analysis_store.py``: one per module path, the last build's) count and go
+the same way. Only names this package writes are touched (``*.debug``,
+``*.analysis``, ``.sframe-tmp-*`` of either); anything else in the directory
+is left alone.
 Removal races with another debugger's are harmless (a file already gone is
 skipped). ``sframe cache`` lists, prunes and clears the cache by hand.
 """
@@ -64,7 +67,7 @@ def policy() -> Policy:
 
 
 def _ours(name: str) -> bool:
-    return name.endswith(".debug") and "/" not in name
+    return name.endswith((".debug", ".analysis")) and "/" not in name
 
 
 def entries(directory: str) -> list[Entry]:
@@ -142,7 +145,7 @@ def prune(directory: str, limits: Policy | None = None, *, keep: str | None = No
 
 
 def clear(directory: str) -> tuple[int, int]:
-    """Remove every symbol file of the cache; (files removed, bytes freed)."""
+    """Remove every symbol file (and kept analysis result) of the cache; (files removed, bytes freed)."""
     removed = freed = 0
     for entry in entries(directory):
         freed += _remove(entry.path)

@@ -43,7 +43,9 @@ from ..base.files import notes_build_id
 from ..format import saved_registers
 from ..format.elf import ElfSFrame, read_elf
 from ..targets.symbols import DEBUG_ROOTS, SymbolTable
+from . import analysis_store
 from . import cache as symcache
+from .analysis_store import AnalysisStore, StoreKept
 from .elfsyms import executable_sections, function_symbols
 
 if TYPE_CHECKING:
@@ -619,7 +621,23 @@ class _Frames(NamedTuple):
     gap: int | None = None  # the byte before e_entry, given an FDE here (``_before_entry``)
 
 
-def _frame(plan: _Plan, jobs: int = 1) -> _Frames:
+def _store(section: SFrameSection, store_file: str | None) -> AnalysisStore | None:
+    """The analysis results kept for the module (``analysis_store``), attached
+    to ``section``; None when none are kept (turned off, a small module, no
+    saved-register analysis)."""
+    from ..format import section as section_module
+
+    saved = section_module.SAVED_REGISTERS if section.saved_registers is None \
+        else section.saved_registers
+    if store_file is None or not saved or section.num_fdes < analysis_store.MIN_FDES \
+            or not analysis_store.enabled():
+        return None
+    store = AnalysisStore.load(store_file, f"sframe-gdb symbol file {GENERATOR}")
+    section.analysis_store = store  # an AnalysisStore is a ResultStore
+    return store
+
+
+def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None) -> _Frames:
     """The symbol file's ``.debug_frame``: the SFrame functions as FDEs (and
     its ``.eh_frame``: ``_entry_eh_frame``).
 
@@ -627,7 +645,9 @@ def _frame(plan: _Plan, jobs: int = 1) -> _Frames:
     in the module or its debug file) knows more than SFrame (callee-saved
     registers): it is kept whole, and FDEs are added only for functions it
     does not cover. ``jobs`` > 1: the FDEs are made by up to that many worker
-    processes (``_parallel``), the same bytes.
+    processes (``_parallel``), the same bytes. ``store_file``: where the
+    analysis results of the module's last build are kept (``analysis_store``):
+    read before, written after; the same bytes with it or without.
     """
     from ..dwarf.debug_frame import assemble, encode_functions, encoded, entry_function, functions
     from ..targets.modules import Module
@@ -637,6 +657,7 @@ def _frame(plan: _Plan, jobs: int = 1) -> _Frames:
     section = info.open()
     if section is None:
         raise FileError(f"{path}: no .sframe section")
+    store = _store(section, store_file)
     existing = _existing_frame(plan.base)
     covered = _fde_ranges(existing, plan.base.big_endian) if existing else []
     if covered is None:
@@ -656,11 +677,16 @@ def _frame(plan: _Plan, jobs: int = 1) -> _Frames:
         if gap is not None:
             extra.append(entry_function(gap, gap + 1))
         if jobs > 1 and section.num_fdes >= PARALLEL_MIN_FDES:
-            items = _parallel(path, section, covered, jobs)
+            items = _parallel(path, section, covered, jobs, store)
             items.extend(encoded(_uncovered(extra, covered), arch))
-            return _Frames(existing + assemble(items, arch, offset=len(existing)), eh, gap)
-        funcs = _uncovered(itertools.chain(functions(section), extra), covered)
-        return _Frames(existing + encode_functions(funcs, arch, offset=len(existing)), eh, gap)
+            frames = _Frames(existing + assemble(items, arch, offset=len(existing)), eh, gap)
+        else:
+            funcs = _uncovered(itertools.chain(functions(section), extra), covered)
+            frames = _Frames(existing + encode_functions(funcs, arch, offset=len(existing)), eh,
+                             gap)
+        if store is not None:
+            store.save()
+        return frames
     except FormatError as exc:
         text = str(exc)
         raise FormatError(text if text.startswith(f"{path}:") else f"{path}: .sframe: {text}"
@@ -758,10 +784,12 @@ def default_jobs() -> int:
     return max(1, min(cpus, 8))
 
 
-def _encode_part(path: str, fdes: range, covered: list[tuple[int, int]],
-                 saved: bool) -> list[Encoded] | None:
-    """A worker's share: the FDEs of ``fdes`` encoded, or None when one of them
-    is corrupt (the parent then does the part itself, to raise what it says)."""
+def _encode_part(path: str, fdes: range, covered: list[tuple[int, int]], saved: bool,
+                 store_file: str | None = None) -> tuple[list[Encoded], StoreKept] | None:
+    """A worker's share: the FDEs of ``fdes`` encoded, and the analysis results
+    it used and made (``store_file``: the kept ones it reads), or None when one
+    of them is corrupt (the parent then does the part itself, to raise what it
+    says)."""
     from ..dwarf.debug_frame import encoded, functions
 
     try:
@@ -769,13 +797,15 @@ def _encode_part(path: str, fdes: range, covered: list[tuple[int, int]],
         if section is None:
             return None
         section.saved_registers = saved
-        return list(encoded(_uncovered(functions(section, fdes=fdes), covered), section.arch))
+        store = _store(section, store_file)
+        items = list(encoded(_uncovered(functions(section, fdes=fdes), covered), section.arch))
+        return items, (({}, {}, {}) if store is None else store.kept())
     except SFrameError:
         return None
 
 
 def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
-              jobs: int) -> list[Encoded]:
+              jobs: int, store: AnalysisStore | None = None) -> list[Encoded]:
     """Every FDE of ``section`` encoded by worker processes, in FDE order.
 
     Each worker opens the module itself and makes the rows of its FDEs as the
@@ -803,20 +833,25 @@ def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
     # re-import per worker; else spawn, which is safe with threads.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() \
         and threading.active_count() == 1 else "spawn"
-    results: list[list[Encoded] | None]
+    results: list[tuple[list[Encoded], StoreKept] | None]
+    store_file = None if store is None else store.path
     try:
         with ProcessPoolExecutor(min(jobs, len(parts)),
                                  mp_context=multiprocessing.get_context(method)) as pool:
             results = list(pool.map(_encode_part, [path] * len(parts), parts,
-                                    [covered] * len(parts), [saved] * len(parts)))
+                                    [covered] * len(parts), [saved] * len(parts),
+                                    [store_file] * len(parts)))
     except (OSError, BrokenProcessPool, RuntimeError, ImportError):
         results = [None] * len(parts)
     items: list[Encoded] = []
     for part, result in zip(parts, results, strict=True):
         if result is None:
-            result = list(encoded(_uncovered(functions(section, fdes=part), covered),
-                                  section.arch))
-        items.extend(result)
+            items.extend(encoded(_uncovered(functions(section, fdes=part), covered),
+                                 section.arch))
+            continue
+        items.extend(result[0])
+        if store is not None:
+            store.absorb(result[1])
     return items
 
 
@@ -842,17 +877,18 @@ def _write_atomically(target: str, plan: _Plan, frame: _Frames) -> None:
 
 
 def symbol_file_bytes(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
-                      jobs: int = 1) -> bytes:
+                      jobs: int = 1, store_dir: str | None = None) -> bytes:
     """The symbol file for ``path`` as bytes (tests, and callers who place it themselves);
-    ``jobs`` as in ``write_symbol_file``."""
+    ``jobs`` and ``store_dir`` as in ``write_symbol_file``."""
     plan = _plan(path, debug_roots)
     buffer = io.BytesIO()
-    _write(buffer, plan.module, plan.base, _frame(plan, jobs), _debuglink(plan))
+    _write(buffer, plan.module, plan.base, _frame(plan, jobs, _store_file(plan, store_dir)),
+           _debuglink(plan))
     return buffer.getvalue()
 
 
 def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
-                      jobs: int = 1) -> SymbolFile:
+                      jobs: int = 1, store_dir: str | None = None) -> SymbolFile:
     """Write the symbol file for module ``path`` to ``out`` (atomically).
 
     ``jobs`` > 1: a module of ``PARALLEL_MIN_FDES`` FDEs or more is split
@@ -860,7 +896,9 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     at most 8); the bytes are the same as with 1. Embedded interpreters
     (LLDB's, gdb's) keep 1, or run ``python -m sframe_core to-dwarf`` as a
     subprocess: that is the out-of-process route, and its output appears
-    whole or not at all.
+    whole or not at all. ``store_dir``: a directory where the analysis
+    results of the module's previous build are kept and this build's left
+    (``analysis_store``; ``symbol_file_for`` uses the cache's); the same bytes.
 
     :raises SFrameError: one line naming the file and what is wrong; nothing
         is left at ``out`` then.
@@ -868,12 +906,19 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     if os.path.exists(out) and os.path.samefile(out, path):
         raise FileError(f"{out}: is the module itself; give another output file")
     plan = _plan(path, debug_roots)
-    frame = _frame(plan, jobs)
+    frame = _frame(plan, jobs, _store_file(plan, store_dir))
     try:
         _write_atomically(out, plan, frame)
     except OSError as exc:
         raise FileError(f"{out}: {exc.strerror or exc}") from None
     return SymbolFile(out, plan.module.build_id, False, _source_name(plan))
+
+
+def _store_file(plan: _Plan, directory: str | None) -> str | None:
+    """The module's analysis store file in ``directory`` (None: none, or turned off)."""
+    if directory is None or not analysis_store.enabled() or _usable_dir(directory) is None:
+        return None
+    return analysis_store.store_path(directory, plan.module.path)
 
 
 def _source_name(plan: _Plan) -> str | None:
@@ -1021,7 +1066,7 @@ def symbol_file_for(path: str, *, cache: str | None = None,
     if _cached(target):
         symcache.touch(target)  # its "last used" time, for pruning
         return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
-    frame = _frame(plan, jobs)
+    frame = _frame(plan, jobs, _store_file(plan, directory))
     try:
         _write_atomically(target, plan, frame)
     except OSError as exc:
