@@ -13,7 +13,9 @@ process, as the debugger adapters' worker makes it:
 
 - ``off``: ``SFRAME_ANALYSIS_CACHE=0``, nothing kept (the time before the store);
 - ``empty``: a cache without A's results (a first build);
-- ``reuse``: a cache holding A's results.
+- ``reuse``: a cache holding A's results;
+- and for reference ``none``: no callee-saved register analysis at all
+  (``SAVED_REGISTERS`` off: rows, encoding, copying; what no store can save).
 
 Each with ``--jobs 1`` (CPU seconds of the process) and with the default
 (wall seconds, worker processes included on the machine's cores). The
@@ -38,20 +40,24 @@ from bench.bench_scale import ROOT, build, gen_program
 
 _MAKE = """
 import sys, time
+import sframe_core.format.section as section
 from sframe_core.symfiles.symfile import symbol_file_for
+section.SAVED_REGISTERS = sys.argv[4] == "on"
 from sframe_core.format.elf import read_elf
 fdes = read_elf(sys.argv[1]).open().num_fdes
 wall, cpu = time.perf_counter(), time.process_time()
 made = symbol_file_for(sys.argv[1], cache=sys.argv[2], jobs=int(sys.argv[3]))
 print(time.perf_counter() - wall, time.process_time() - cpu, fdes, made.cached, made.path)
 """
-VARIANTS = ("off", "empty", "reuse")
+VARIANTS = ("off", "empty", "reuse", "none")
 
 
-def make(module: Path, cache: Path, jobs: int, *, off: bool = False) -> tuple[float, float, int, Path]:
+def make(module: Path, cache: Path, jobs: int, *, off: bool = False,
+         saved: bool = True) -> tuple[float, float, int, Path]:
     """(wall, CPU seconds, FDEs, symbol file) of ``symbol_file_for`` in a fresh process."""
     env = {**os.environ, "SFRAME_ANALYSIS_CACHE": "0" if off else "1"}
-    out = subprocess.run([sys.executable, "-c", _MAKE, str(module), str(cache), str(jobs)],
+    out = subprocess.run([sys.executable, "-c", _MAKE, str(module), str(cache), str(jobs),
+                          "on" if saved else "off"],
                          cwd=ROOT, capture_output=True, text=True, check=True, env=env).stdout
     wall, cpu, fdes, cached, path = out.split()
     assert cached == "False", out
@@ -93,16 +99,19 @@ def measure(size: int, a: Path, b: Path, runs: int, work: Path) -> bool:
                 if variant == "reuse":
                     shutil.copy(kept[0], cache / kept[0].name)
                 count = jobs or _default_jobs()
-                wall, cpu, fdes, path = make(module, cache, count, off=variant == "off")
+                wall, cpu, fdes, path = make(module, cache, count, off=variant == "off",
+                                             saved=variant != "none")
                 times[variant].append(cpu if jobs == 1 else wall)
-                files.add(path.read_bytes())
+                if variant != "none":  # other rules: another file
+                    files.add(path.read_bytes())
                 shutil.rmtree(cache)
         median = {v: statistics.median(t) for v, t in times.items()}
         same = len(files) == 1
         ok &= same
         print(f"  {label}: off {median['off']:.2f} s, empty {median['empty']:.2f} s, "
               f"reuse {median['reuse']:.2f} s ({median['reuse'] / fdes * 1e3:.3f} ms per function); "
-              f"off / reuse {median['off'] / median['reuse']:.2f}x; "
+              f"off / reuse {median['off'] / median['reuse']:.2f}x; no analysis at all "
+              f"{median['none']:.2f} s; "
               f"{'same bytes' if same else 'DIFFERENT BYTES'}", flush=True)
     print(f"  ({fdes} FDEs; kept results from A: {kept[0].stat().st_size} bytes)", flush=True)
     return ok

@@ -375,3 +375,65 @@ def test_jump_tables_are_in_the_key(builds: tuple[Path, Path],
     reads.clear()
     assert analyse(AMD64, code, start, cfa_at, spy, store=store, rows=rows) == first
     assert store.hits == 1 and reads == [asked[0][1:]] * 1 + [r[1:] for r in asked[1:]]
+
+
+REAL = ROOT / "tests" / "fixtures"
+
+
+@pytest.mark.parametrize("program", [
+    REAL / "realprogs" / "lua5.4" / "busid-v3" / "lua5.4.noeh",  # amd64: both keys
+    REAL / "realprogs-aarch64" / "lua5.4" / "lua5.4.noeh",  # the dataflow's key only
+    REAL / "realprogs" / "s390x" / "bzip2" / "bzip2",
+], ids=["lua5.4-amd64", "lua5.4-aarch64", "bzip2-s390x"])
+def test_real_programs_same_bytes(program: Path, tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real programs of every ABI (computed gotos, jump tables, the s390x and
+    aarch64 decoders): the file made with an empty store, and again with the
+    store it left, is the file made without one; the second run takes every
+    function's result from the store."""
+    from helpers import need
+
+    module = need(program)
+    monkeypatch.setattr(analysis_store, "MIN_FDES", 0)  # bzip2 has 71 FDEs
+    plain = _plain(module, monkeypatch)
+    store = tmp_path / "store"
+    assert symfile.symbol_file_bytes(str(module), store_dir=str(store)) == plain
+    runs = _counting(monkeypatch)
+    assert symfile.symbol_file_bytes(str(module), store_dir=str(store)) == plain
+    assert runs[0] == 0
+
+
+def test_indirect_jump_reading_nothing_reuses_when_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An indirect tail call (``jmp rax``: no table, its reader reads nothing)
+    in a function that moved and whose call changed: the kept result, from
+    the bytes (``UNREAD``), without decoding; one whose reader reads is keyed
+    with its address (``INDIRECT``, test_jump_tables_are_in_the_key)."""
+    def code(rel: int) -> bytes:
+        # push rbx; mov rbx, rdi; call rel32; mov rax, rbx; pop rbx; jmp rax
+        return b"\x53\x48\x89\xfb\xe8" + struct.pack("<i", rel) + b"\x48\x89\xd8\x5b\xff\xe0"
+
+    def inputs(start: int) -> tuple[Callable[[int], CFARule | None], list[tuple[int, CFARule | None]]]:
+        rows: list[tuple[int, CFARule | None]] = [(start, CFARule(7, 8)), (start + 1, CFARule(7, 16)),
+                                                  (start + 13, CFARule(7, 8))]
+        return (lambda pc: [cfa for at, cfa in rows if at <= pc][-1]), rows
+
+    def nothing(address: int, size: int) -> bytes | None:
+        raise AssertionError("read")
+    store = _Dict()
+    cfa_at, rows = inputs(0x401000)
+    first = analyse(AMD64, code(0x1000), 0x401000, cfa_at, nothing, store=store, rows=rows)
+    assert first.note == "" and first.spans
+    (masks,) = next(m for m in store.kinds.values() if m)
+    assert masks == (results.UNREAD, (1, 4, 5))
+    cfa_at, rows = inputs(0x402000)
+    fresh = analyse(AMD64, code(-0x3000), 0x402000, cfa_at, nothing, rows=rows)
+    from sframe_core.analysis.decoders import decoder_for
+
+    decoder = decoder_for(AMD64)
+    assert decoder is not None
+
+    def no_decoding(*args: object) -> None:
+        raise AssertionError("decoded")
+    monkeypatch.setattr(decoder, "effects", no_decoding)
+    assert analyse(AMD64, code(-0x3000), 0x402000, cfa_at, nothing, store=store, rows=rows) == fresh
+    assert store.hits == 1

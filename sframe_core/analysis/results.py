@@ -1,12 +1,11 @@
-"""What a function's dataflow reads, as a key: its results can then be kept
+"""What a function's analysis reads, as keys: its result can then be kept
 across builds of a program (``symfiles/analysis_store.py``) and reused for the
 same key, wherever the function now lies.
 
 ``saved.analyse`` runs in two parts. The first decodes the function
-(``effects.py``), refuses the cases it cannot model, resolves jump tables from
-the file's data, and anchors each instruction to SFrame's CFA rule; it is
-cheap (the decoder remembers every encoding it has seen). The second, the
-dataflow, costs most of the time and reads only:
+(``effects.py``), refuses the cases it cannot model, resolves jump tables
+from the file's data, and anchors each instruction to SFrame's CFA rule. The
+second, the dataflow, reads only:
 
 - the ABI (its SP, FP, entry CFA, red zone) and the decoder's tracked registers;
 - each instruction's effect (``Effect``) but its text and address, which the
@@ -18,15 +17,14 @@ dataflow, costs most of the time and reads only:
   instruction (SP - CFA, FP - CFA, from the SFrame rows);
 - the code of the analysis itself (``version``).
 
-The key is a digest of exactly these, so two functions with the same key
-get the same spans relative to their starts: moved functions, functions
-whose calls and RIP-relative operands changed (the decoded effect holds no
-displacement the dataflow reads), and functions with jump tables (their
-resolved targets are in the key) all reuse a kept result, and a result is
-never reused where any input differs. The address-dependent inputs of the
-first part (branch targets outside the function, table addresses, table
-contents) are not in the key: they only decide what the first part gives,
-and what it gives is.
+``flow_key`` is a digest of exactly these, so two functions with the same
+key get the same spans relative to their starts (moved functions, calls and
+RIP-relative operands with new displacements, jump tables whose resolved
+targets are the same), and a result is never reused where any input
+differs. It saves the dataflow, not the decoding, and a new build's first
+part is costly too (every new encoding is decoded in detail once): so amd64
+functions also get keys from their bytes (``masked_key``, below), which
+save both.
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ from ..base.rows import CFARule, Rule
 from .effects import Effect, Flow
 
 __all__ = ["ResultStore", "Kept", "Masks", "Reads", "flow_key", "index_key", "masks_of",
-           "masked_key", "read_key", "INDIRECT", "version"]
+           "masked_key", "read_key", "INDIRECT", "UNREAD", "version"]
 
 Regs = tuple[tuple[int, Rule], ...]
 # A function's spans relative to its start: (lo, hi, rules).
@@ -60,9 +58,11 @@ _SOURCES = ("saved.py", "effects.py", "results.py", "amd64.py", "aarch64.py", "s
 # Where an amd64 function's address-dependent fields are (``masks_of``):
 # (0, offset of a RIP displacement, 0) or (1 | 2, offset, size) of a direct
 # branch whose last 4 | 1 bytes are its displacement; ``INDIRECT`` first: a
-# function with indirect jumps, keyed with its address and what it read.
+# function with indirect jumps, keyed with its address and what it read;
+# ``UNREAD`` first: one with indirect jumps whose readers read nothing.
 Masks = tuple[tuple[int, int, int], ...]
 INDIRECT = (3, 0, 0)
+UNREAD = (4, 0, 0)
 # What the jump-table readers asked the file, in order: (0: ``read`` | 1:
 # ``pointers``, address, size or count).
 Reads = tuple[tuple[int, int, int], ...]
@@ -134,10 +134,12 @@ def flow_key(arch: Arch, tracked: tuple[int, ...], effects: Sequence[Effect], st
         return None
     parts = [code, repr(arch), repr(tracked), str(end - start), repr(anchors),
              repr(sorted(tables.items()))]
+    places: list[int] = []  # per instruction: offset, target (-1: none, -2: outside, or offset)
     shapes = _SHAPES
     for eff in effects:
         target = eff.target
-        where = "-" if target is None else (str(target - start) if start <= target < end else "o")
+        places.append(eff[0] - start)
+        places.append(-1 if target is None else (target - start if start <= target < end else -2))
         held = eff[2:3] + eff[4:9] + eff[10:]  # flow, stores, loads, clobbers, sp, fp, alt, ...
         ident = (eff[1], *map(id, held))
         found = shapes.get(ident)
@@ -145,7 +147,8 @@ def flow_key(arch: Arch, tracked: tuple[int, ...], effects: Sequence[Effect], st
             if len(shapes) >= _SHAPES_MAX:
                 shapes.clear()
             found = shapes[ident] = (_shape_text(eff), held)
-        parts.append(f"{eff[0] - start} {where} {found[0]}")
+        parts.append(found[0])
+    parts.append(repr(places))
     return hashlib.sha256("\n".join(parts).encode()).digest()[:20]
 
 
@@ -194,14 +197,19 @@ def index_key(arch: Arch, size: int, start: int,
     return hashlib.sha256(f"{code}\nindex\n{size}\n{plain!r}".encode()).digest()[:20]
 
 
-def masks_of(effects: Sequence[Effect], code: bytes, start: int, indirect: bool = False) -> Masks:
+def masks_of(effects: Sequence[Effect], code: bytes, start: int, indirect: bool = False,
+             read: bool = True) -> Masks:
     """The address-dependent fields of a decoded amd64 function, where they
     are found exactly where they must be (see above). ``indirect``: the
-    function has indirect jumps; its branch displacements only, after
-    ``INDIRECT`` (its address is in the key: the jump-table readers take
-    table addresses from RIP-relative operands, and compare the targets
-    read with the instructions' addresses)."""
-    out: list[tuple[int, int, int]] = [INDIRECT] if indirect else []
+    function has indirect jumps; its branch displacements only (the
+    jump-table readers take table addresses from RIP-relative operands),
+    after ``INDIRECT`` (its address is in the key: the readers read at
+    addresses and compare the targets read with the instructions') or, when
+    they read nothing (``read`` False), ``UNREAD``: the same bytes
+    elsewhere have their RIP-relative addresses moved alike (the readers
+    compare and order them only, and read nothing for none of them), and the
+    readers read branch targets only as inside the function or not."""
+    out: list[tuple[int, int, int]] = [(INDIRECT if read else UNREAD)] if indirect else []
     for eff in effects:
         off = eff.address - start
         size = eff.size
@@ -244,6 +252,8 @@ def masked_key(index: bytes, masks: Masks, code: bytes, start: int) -> bytes | N
         if kind == 3:
             wheres.append(start)  # INDIRECT: the address itself
             continue
+        if kind == 4:
+            continue  # UNREAD
         if kind == 0:
             if not 0 <= off <= size - 4:
                 return None

@@ -45,7 +45,18 @@ from .aarch64 import aarch64_jump_tables
 from .amd64 import amd64_jump_tables
 from .decoders import decoder_for
 from .effects import Base, Effect, Flow
-from .results import INDIRECT, Kept, Reads, ResultStore, flow_key, index_key, masked_key, masks_of, read_key
+from .results import (
+    INDIRECT,
+    UNREAD,
+    Kept,
+    Reads,
+    ResultStore,
+    flow_key,
+    index_key,
+    masked_key,
+    masks_of,
+    read_key,
+)
 from .s390x import s390x_jump_table
 
 __all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis"]
@@ -293,7 +304,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
             quick = masked_key(index, masks, code, start)
             if quick is None:
                 continue
-            if masks[:1] == (INDIRECT,):
+            if masks[:1] in ((INDIRECT,), (UNREAD,)):
                 # Asked again of the file as it is now (``results.read_key``).
                 for known in store.reads(quick):
                     now = _answers(known, read, pointers)
@@ -362,7 +373,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     if index is not None and (not sites or read is not None):
         # Without indirect jumps nothing was read from the file: the bytes say
         # it all; with them, the bytes at this address and what was read.
-        masks = masks_of(effects, code, start, bool(sites))
+        masks = masks_of(effects, code, start, bool(sites), bool(asked))
         quick = masked_key(index, masks, code, start)
         if quick is not None:
             if sites:
