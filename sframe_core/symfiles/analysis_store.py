@@ -125,6 +125,12 @@ def _spans(flat: object, sets: list[Regs]) -> Kept | None:
     return tuple(out)
 
 
+# The last store file parsed in this process, by identity: the parts a
+# worker process is given, and workers forked after the parent read it,
+# parse it once. (Entries are immutable; each store copies the dicts.)
+_LAST: tuple[tuple[object, ...], _Parsed] | None = None
+
+
 class AnalysisStore:
     """One module's kept results: ``get``/``put`` for ``saved.analyse``
     (``analysis.results.ResultStore``), ``save`` to write what this build used."""
@@ -149,12 +155,19 @@ class AnalysisStore:
         tag = _tag(generator)
         if tag is None:
             return cls(path, None, note="the analysis version is unknown: nothing is kept")
+        global _LAST
         try:
             with open(path, "rb") as stream:
-                data = stream.read(_MAX_FILE + 1)
+                st = os.fstat(stream.fileno())
+                seen = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, tag)
+                if _LAST is not None and _LAST[0] == seen:
+                    parsed = _LAST[1]  # read already (a worker's next part, or forked)
+                else:
+                    parsed = _parse(stream.read(_MAX_FILE + 1), tag)
+                    _LAST = (seen, parsed)
         except OSError:
             return cls(path, tag)
-        loaded, masks, reads, note = _parse(data, tag)
+        loaded, masks, reads, note = parsed
         return cls(path, tag, loaded, masks, reads, note)
 
     # -- saved.analyse's side -----------------------------------------------------
