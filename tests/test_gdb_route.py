@@ -335,14 +335,13 @@ def _registers(text: str) -> dict[str, str]:
     return dict(re.findall(r"^(\w+)\s+(0x[0-9a-f]+|<not saved>)", text, re.M))
 
 
-def test_cold_partition_registers_unavailable_never_wrong(gdb_path: str, cold: Path) -> None:
+def test_cold_partition_registers_are_the_twins(gdb_path: str, cold: Path) -> None:
     """Stopped in stop_here, called from ``parse_record.cold``: the backtrace
     is the twin's, and in read_records' frame the registers parse_record saved
-    (rbx, r12, r13, in its hot part's prologue) are ``<not saved>``, never
-    another value. Today's behaviour, pinned: ``saved.py`` knows nothing of a
-    part whose FDE does not start at a function entry (the twin's CFI has the
-    hot part's saves in its cold FDE). rbp, which SFrame's rows carry, is the
-    twin's."""
+    (rbx, r12, r13, in its hot part's prologue) are the twin's values: the
+    symbol file gives the ``.cold`` part the rules the hot part's jumps into
+    it prove (``analysis/parts.py``), as the twin's CFI has the hot part's
+    saves in its cold FDE. rbp, which SFrame's rows carry, is the twin's too."""
     commands = ["break stop_here", "run", "bt", "frame 2", "info registers rbx rbp r12 r13"]
     outs = {}
     for which in ("twin", "noeh"):
@@ -356,5 +355,5 @@ def test_cold_partition_registers_unavailable_never_wrong(gdb_path: str, cold: P
     assert [(f.pc, f.name) for f in parse_bt(ours[2])] == [(f.pc, f.name) for f in frames]
     want, got = _registers(twin[4]), _registers(ours[4])
     assert list(want) == ["rbx", "rbp", "r12", "r13"] and "<not saved>" not in want.values()
-    assert got == {**want, "rbx": "<not saved>", "r12": "<not saved>", "r13": "<not saved>"}, \
+    assert got == want, \
         f"{ours[4]}\n--- twin:\n{twin[4]}"

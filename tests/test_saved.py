@@ -195,3 +195,46 @@ def test_aarch64_real_program_saved_registers_agree(name: str) -> None:
     if not path.is_file():
         pytest.fail(f"{path} is missing: run tests/fixtures/build_realprogs_aarch64.sh")
     _prove(path, A64_REAL[name])
+
+
+# The .cold parts of lua5.4 (busid-v3) whose first row is not a function entry
+# (genlink.cold and luaC_barrierback_.cold start at one: their hot parts push nothing).
+LUA_PARTS = {0x7600: "luaD_throw.cold", 0x760F: "reallymarkobject.cold",
+             0x7620: "propagatemark.cold", 0x7634: "statement.cold"}
+
+
+def test_cold_parts_get_the_twins_rules(tmp_path: Path) -> None:
+    """gcc's ``NAME.cold`` parts, entered by jumps from their hot parts with the
+    callee-saved registers pushed: the symbol file gives them, at every PC,
+    the rules the twin's ``.eh_frame`` has for rbx and r12-r15 (a register
+    ``.eh_frame`` says nothing of is the caller's own: same value), read back
+    from the written ``.debug_frame``; the lazy lookups leave them unknown."""
+    from sframe_core.analysis.effects import CALLEE_SAVED
+    from sframe_core.dwarf.cfi import CFITable
+    from sframe_core.symfiles.symfile import write_symbol_file
+
+    noeh, twin = _lua(), str(rp.LUA.path("busid-v3")).removesuffix(".noeh")
+    out = str(tmp_path / "lua.debug")
+    write_symbol_file(noeh, out)
+    ours, theirs = CFITable(out), CFITable(twin)
+    section = read_elf(noeh).open()
+    assert section is not None
+    tracked = CALLEE_SAVED["amd64"]
+    checked = 0
+    for start in LUA_PARTS:
+        fde = section.find_fde(start)
+        assert fde is not None and fde.start == start
+        assert section.saved_analysis(fde).note == "the first row is not a function entry"
+        mine, eh = ours.fde_rows(start), theirs.fde_rows(start)
+        assert (mine[0].start, mine[-1].end) == (eh[0].start, eh[-1].end) == (fde.start, fde.end)
+        for pc in range(fde.start, fde.end):
+            a = next(r for r in mine if r.start <= pc < r.end)
+            b = next(r for r in eh if r.start <= pc < r.end)
+            assert a.cfa == b.cfa, hex(pc)
+            got, want = dict(a.regs), dict(b.regs)
+            for reg in tracked:
+                assert got.get(reg, SAME) == want.get(reg, SAME), (LUA_PARTS[start], hex(pc), reg)
+                checked += 1
+        # At least one register is in a slot there (not merely "same value").
+        assert any(rule.kind is RuleKind.AT_CFA for r in mine for _, rule in r.regs)
+    assert checked == 5 * (5 + 17 + 10 + 11)

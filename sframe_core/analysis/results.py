@@ -35,21 +35,35 @@ import os
 import re
 import struct
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..base.abi import Arch
 from ..base.rows import CFARule, Rule
 from .effects import Effect, Flow
 
-__all__ = ["ResultStore", "Kept", "Masks", "Reads", "flow_key", "index_key", "masks_of",
+__all__ = ["ResultStore", "Kept", "KeptExit", "State", "Masks", "Reads", "flow_key", "index_key", "masks_of",
            "masked_key", "read_key", "INDIRECT", "UNREAD", "version"]
 
 Regs = tuple[tuple[int, Rule], ...]
-# A function's spans relative to its start: (lo, hi, rules).
-Kept = Sequence[tuple[int, int, Regs]]
+# The dataflow's state along a branch (``saved._State``): SP - CFA, FP - CFA,
+# per tracked register (slot, holds the caller's value, slot still to be
+# restored from, other register holding it), ALT - CFA.
+State = tuple[int | None, int | None, tuple[tuple[int | None, bool, bool, int | None], ...],
+              int | None]
+# A branch out of a function, relative to its start: (the branch's offset,
+# its target's offset or None: an unread jump table, the state along it).
+KeptExit = tuple[int, int | None, State | None]
+
+
+class Kept(NamedTuple):
+    """A function's result relative to its start: spans (lo, hi, rules) and
+    exits (``saved.Exit``, which ``parts.py`` needs of every function)."""
+
+    spans: Sequence[tuple[int, int, Regs]]
+    exits: Sequence[KeptExit] = ()
 
 # Bump when the key's layout changes (a new input of the dataflow).
-KEY_FORMAT = 1
+KEY_FORMAT = 2
 # The modules whose code decides the dataflow's result or the key's meaning.
 _SOURCES = ("saved.py", "effects.py", "results.py", "amd64.py", "aarch64.py", "s390x.py",
             "decoders.py", os.path.join("..", "base", "rows.py"), os.path.join("..", "base", "abi.py"))
@@ -74,7 +88,7 @@ class ResultStore(Protocol):
 
     def get(self, key: bytes) -> Kept | None: ...
 
-    def put(self, key: bytes, spans: Kept) -> None: ...
+    def put(self, key: bytes, kept: Kept) -> None: ...
 
     def masks(self, index: bytes) -> Sequence[Masks]: ...
 

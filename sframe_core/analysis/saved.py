@@ -25,8 +25,13 @@ Unknown is always allowed; a wrong rule never is. So:
   whose SFrame CFA rule is consistent with it (a jump table's targets), so a
   block reached only that way is never more precise than its jumps;
 - a direct jump or call into the middle of an instruction, an undecodable
-  instruction, an FDE whose first row is not a function entry, or a
-  function larger than ``MAX_INSNS``: the whole function is unknown.
+  instruction, an FDE whose first row is not a function entry (unless it
+  is given the state it is entered in: a part of a function entered by
+  jumps, gcc's ``NAME.cold``, which ``parts.py`` proves for a whole
+  module), or a function larger than ``MAX_INSNS``: the whole function is
+  unknown;
+- the branches out of the function are reported with the state along each
+  (``Analysis.exits``), for ``parts.py``.
 
 Precondition the analysis relies on, as ``.eh_frame`` does: code does not
 write into a save slot it will still restore from, except through the known
@@ -59,7 +64,8 @@ from .results import (
 )
 from .s390x import s390x_jump_table
 
-__all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis"]
+__all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis", "Entry", "Exit", "meet",
+           "entry_cfa"]
 
 # Bounds on one function's analysis: past them every register is unknown.
 MAX_BYTES = 512 * 1024
@@ -76,11 +82,47 @@ class Span(NamedTuple):
     regs: Regs
 
 
+# One register's state: (CFA offset of a slot holding the caller's value or
+# None, the register itself holds the caller's value, the slot is still to be
+# restored from: not yet loaded back, so the compiler keeps it intact, another
+# register that holds the caller's value or None: s390x leaf functions keep
+# r6-r13 in f0-f7).
+_Reg = tuple[int | None, bool, bool, int | None]
+_LOST: _Reg = (None, False, False, None)
+
+
+class _State(NamedTuple):
+    sp: int | None  # SP - CFA
+    fp: int | None  # FP - CFA
+    regs: tuple[_Reg, ...]
+    alt: int | None = None  # ALT - CFA (a scratch base register saves go through: s390x r14)
+
+
+# A branch out of the function: (target, the state along it), target None for
+# an indirect jump whose table was not read; state None where it is not known
+# (an instruction no path reaches, a call, a function not analysed).
+Exit = tuple[int | None, _State | None]
+
+
+class Entry(NamedTuple):
+    """How a part that is not entered at a function entry is entered (``parts.py``):
+    the state every branch into its start carries (met), and the states of the
+    indirect jumps whose tables were not read in the functions that branch
+    into it (each met into every instruction of the part whose CFA rule fits
+    it, as within a function)."""
+
+    state: _State
+    indirect: tuple[_State, ...] = ()
+
+
 class Analysis(NamedTuple):
-    """The result for one function: spans in address order, and why it stopped early."""
+    """The result for one function: spans in address order, why it stopped
+    early, and its branches out (``Exit``; None: not even those are known,
+    the code was not decoded)."""
 
     spans: tuple[Span, ...]
     note: str = ""
+    exits: tuple[Exit, ...] | None = None
 
     def regs_at(self, pc: int) -> tuple[Regs, int, int]:
         """(rules, lo, hi): the rules at ``pc`` hold for ``lo <= pc < hi``
@@ -99,22 +141,6 @@ class Analysis(NamedTuple):
                 return span.regs, span.start, span.end
             return (), (spans[lo - 1].end if lo else 0), span.start
         return (), (spans[-1].end if spans else 0), 1 << 64
-
-
-# One register's state: (CFA offset of a slot holding the caller's value or
-# None, the register itself holds the caller's value, the slot is still to be
-# restored from: not yet loaded back, so the compiler keeps it intact, another
-# register that holds the caller's value or None: s390x leaf functions keep
-# r6-r13 in f0-f7).
-_Reg = tuple[int | None, bool, bool, int | None]
-_LOST: _Reg = (None, False, False, None)
-
-
-class _State(NamedTuple):
-    sp: int | None  # SP - CFA
-    fp: int | None  # FP - CFA
-    regs: tuple[_Reg, ...]
-    alt: int | None = None  # ALT - CFA (a scratch base register saves go through: s390x r14)
 
 
 def _meet(a: _State, b: _State) -> _State:
@@ -267,10 +293,21 @@ _ENTRY_CFA = {"amd64": 8, "aarch64": 0, "s390x": 160}
 _RED_ZONE = {"amd64": 128}
 
 
+def meet(a: _State | None, b: _State | None) -> _State | None:
+    """Two states that reach the same place, met (None, unknown, absorbs)."""
+    return None if a is None or b is None else _meet(a, b)
+
+
+def entry_cfa(arch: Arch) -> CFARule:
+    """The CFA rule at a function's first instruction."""
+    return CFARule(arch.sp, _ENTRY_CFA[arch.name])
+
+
 def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule | None],
             read: Callable[[int, int], bytes | None] | None = None,
             absolute_tables: bool = False,
             pointers: Callable[[int, int], list[int] | None] | None = None,
+            entry: Entry | None = None,
             store: ResultStore | None = None,
             rows: Sequence[tuple[int, CFARule | None]] | None = None) -> Analysis:
     """Rules for the callee-saved registers over ``[start, start + len(code))``.
@@ -280,10 +317,16 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     tables). ``absolute_tables``: tables of absolute addresses in the file are
     final (a non-PIE executable: no load bias, no dynamic relocations);
     ``pointers(address, count)`` the code addresses a table will hold once
-    loaded (amd64 computed gotos, PIEs included). The
-    result's spans cover the decoded instructions; PCs outside them have no rules.
+    loaded (amd64 computed gotos, PIEs included). ``entry``: the code is not
+    a function entered at its first instruction but a part entered by jumps
+    (gcc's ``NAME.cold``), in that state (``parts.py`` proves it); its CFA
+    must be the one SFrame gives at ``start``. The
+    result's spans cover the decoded instructions; PCs outside them have no
+    rules. Its exits are the branches that leave the code (``Exit``), with
+    the state along each where the analysis ran.
     ``store``: results kept from earlier runs (another build of the program),
-    by ``flow_key``; the dataflow, the costly part, runs only on a miss.
+    by ``flow_key``; the dataflow, the costly part, runs only on a miss (not
+    for a part given its ``entry``, which no key holds).
     ``rows``: the (address, CFA rule) rows ``cfa_at`` answers from, which
     amd64's keys from the bytes need (``results.masked_key``).
     """
@@ -292,9 +335,8 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
         return Analysis((), "no instruction decoder for this ABI")
     if len(code) > MAX_BYTES:
         return Analysis((), f"function larger than {MAX_BYTES} bytes")
-    entry_cfa = cfa_at(start)
-    if entry_cfa != CFARule(arch.sp, _ENTRY_CFA[arch.name]):
-        return Analysis((), "the first row is not a function entry")
+    if entry is not None:
+        store = None  # no key holds the entering state
     # amd64: keys from the bytes, with the fields other builds found masked
     # (``results.masked_key``): no detailed decoding on a hit.
     index = None if store is None or rows is None else index_key(arch, len(code), start, rows)
@@ -304,16 +346,17 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
             quick = masked_key(index, masks, code, start)
             if quick is None:
                 continue
+            moved_to = _byte_targets(masks, code, start)
             if masks[:1] in ((INDIRECT,), (UNREAD,)):
                 # Asked again of the file as it is now (``results.read_key``).
                 for known in store.reads(quick):
                     now = _answers(known, read, pointers)
-                    hit = None if now is None else \
-                        _moved(store.get(read_key(quick, known, now, context)), start, len(code))
+                    hit = None if now is None else _moved(
+                        store.get(read_key(quick, known, now, context)), start, len(code), moved_to)
                     if hit is not None:
                         return hit
                 continue
-            hit = _moved(store.get(quick), start, len(code))
+            hit = _moved(store.get(quick), start, len(code), moved_to)
             if hit is not None:
                 return hit
     effects: list[Effect] = []
@@ -327,17 +370,35 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     if not effects:
         return Analysis((), "no instruction decoded")
     end = start + len(code)
+
+    def unknown_exits() -> tuple[Exit, ...]:
+        # The direct branches out, in no known state: the code was decoded, not analysed.
+        return tuple((eff.target, None) for eff in effects
+                     if eff.flow in _BRANCHES and eff.target is not None
+                     and not start <= eff.target < end)
+
+    first_cfa = cfa_at(start)
+    if entry is None and first_cfa != entry_cfa(arch):
+        return Analysis((), "the first row is not a function entry", unknown_exits())
+    anchor0 = _anchor(first_cfa, arch)
+    if entry is not None and (anchor0 == (None, None) or any(
+            want is not None and have != want
+            for want, have in zip(anchor0, (entry.state.sp, entry.state.fp), strict=True))):
+        return Analysis((), "the entering state's CFA is not SFrame's", unknown_exits())
     at: dict[int, int] = {eff.address: i for i, eff in enumerate(effects)}
     # Branch targets inside the function must be instruction starts.
     for eff in effects:
         target = eff.target
         if target is not None and start <= target < end and target not in at:
-            return Analysis((), f"branch at {eff.address:#x} into the middle of an instruction")
+            return Analysis((), f"branch at {eff.address:#x} into the middle of an instruction",
+                            unknown_exits())
         if eff.flow is Flow.CALL and target is not None and start < target < end:
-            return Analysis((), f"call at {eff.address:#x} into its own function")
+            return Analysis((), f"call at {eff.address:#x} into its own function",
+                            unknown_exits())
     # Indirect jumps through a jump table the decoder recognises go to its
     # entries only; the others may go anywhere (see the module docstring).
     tables: dict[int, list[int]] = {}
+    table_exits: dict[int, tuple[int, ...]] = {}  # a table's targets out of the function
     sites = [i for i, eff in enumerate(effects) if eff.flow is Flow.INDIRECT]
     asked: list[tuple[int, int, int]] = []  # what the jump-table readers asked, in order
     answers: list[bytes | list[int] | None] = []
@@ -358,18 +419,28 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
         for i, targets in found.items():
             if all(t in at or not start <= t < end for t in targets):
                 tables[i] = [at[t] for t in targets if t in at]
+                outside = tuple(t for t in targets if not start <= t < end)
+                if outside:
+                    table_exits[i] = outside
     tracked = decoder.tracked
     anchors = [_anchor(cfa_at(eff.address), arch) for eff in effects]
     # Everything from here on reads only what the key holds (see ``flow_key``):
-    # a result kept for the same key is the one the dataflow would give.
-    if store is None:
-        return _dataflow(arch, tracked, effects, start, end, at, tables, anchors)
+    # a result kept for the same key is the one the dataflow would give. A
+    # read table's targets out of the function are not in it: such a
+    # function is neither looked up nor kept.
+    if store is None or table_exits:
+        return _dataflow(arch, tracked, effects, start, end, at, tables, table_exits, anchors,
+                         entry)[0]
     key = flow_key(arch, tracked, effects, start, end, tables, anchors)
-    result = None if key is None else _moved(store.get(key), start, len(code))
-    if result is None:
-        result = _dataflow(arch, tracked, effects, start, end, at, tables, anchors)
-        if key is not None:
-            store.put(key, _relative(result, start))
+    result = None if key is None else \
+        _moved(store.get(key), start, len(code), _effect_targets(effects, at, start, end))
+    if result is not None:
+        return result
+    result, sites_out = _dataflow(arch, tracked, effects, start, end, at, tables, table_exits,
+                                  anchors, entry)
+    kept = _relative(result, sites_out, start)
+    if key is not None:
+        store.put(key, kept)
     if index is not None and (not sites or read is not None):
         # Without indirect jumps nothing was read from the file: the bytes say
         # it all; with them, the bytes at this address and what was read.
@@ -378,10 +449,10 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
         if quick is not None:
             if sites:
                 reads: Reads = tuple(asked)
-                store.put(read_key(quick, reads, answers, context), _relative(result, start))
+                store.put(read_key(quick, reads, answers, context), kept)
                 store.add_reads(quick, reads)
             else:
-                store.put(quick, _relative(result, start))
+                store.put(quick, kept)
             store.add_masks(index, masks)
     return result
 
@@ -423,31 +494,89 @@ def _logged(read: Callable[[int, int], bytes | None],
     return logged_read, (None if pointers is None else logged_pointers)
 
 
-def _moved(kept: Kept | None, start: int, size: int) -> Analysis | None:
-    """A kept result (spans relative to its function's start) for the function
-    at ``start``; None when there is none or it does not fit in ``size`` bytes."""
-    if kept is None or (kept and (kept[0][0] < 0 or kept[-1][1] > size)):
+# ``_moved``'s answer for a kept exit whose branch is not where it was.
+_MISS = -1
+# A kept exit's target now: (offset of its branch instruction, its target
+# then minus the function's start) -> the target, or ``_MISS``.
+Targets = Callable[[int, int], int]
+
+
+def _byte_targets(masks: Sequence[tuple[int, int, int]], code: bytes, start: int) -> Targets:
+    """Targets read from the bytes (a hit on ``masked_key``): a masked branch's
+    from its displacement now; any other is the same bytes, so the same offset."""
+    branches = {off: length for kind, off, length in masks if kind in (1, 2)}
+    widths = {off: 4 if kind == 1 else 1 for kind, off, _ in masks if kind in (1, 2)}
+
+    def target(off: int, rel: int) -> int:
+        length = branches.get(off)
+        if length is None:
+            return start + rel
+        end = off + length
+        return start + end + int.from_bytes(code[end - widths[off]:end], "little", signed=True)
+    return target
+
+
+def _effect_targets(effects: list[Effect], at: dict[int, int], start: int, end: int) -> Targets:
+    """Targets from the decoded instructions (a hit on ``flow_key``)."""
+    def target(off: int, rel: int) -> int:
+        i = at.get(start + off)
+        found = None if i is None else effects[i].target
+        return _MISS if found is None or start <= found < end else found
+    return target
+
+
+def _moved(kept: Kept | None, start: int, size: int, targets: Targets) -> Analysis | None:
+    """A kept result (spans and exits relative to its function's start) for
+    the function at ``start``; None when there is none, it does not fit in
+    ``size`` bytes or an exit's branch is not there."""
+    if kept is None:
         return None
-    return Analysis(tuple(Span(start + lo, start + hi, regs) for lo, hi, regs in kept))
+    spans, kept_exits = kept
+    if spans and (spans[0][0] < 0 or spans[-1][1] > size):
+        return None
+    exits: list[Exit] = []
+    for off, rel, state in kept_exits:
+        if rel is None:
+            exits.append((None, None if state is None else _State(*state)))
+            continue
+        if not 0 <= off < size:
+            return None
+        target = targets(off, rel)
+        if target == _MISS:
+            return None
+        exits.append((target, None if state is None else _State(*state)))
+    return Analysis(tuple(Span(start + lo, start + hi, regs) for lo, hi, regs in spans), "",
+                    tuple(exits))
 
 
-def _relative(result: Analysis, start: int) -> tuple[Span, ...]:
-    return tuple(Span(lo - start, hi - start, regs) for lo, hi, regs in result.spans)
+def _relative(result: Analysis, sites: Sequence[int], start: int) -> Kept:
+    """``result`` relative to ``start``, its exits with their branches' offsets (``sites``)."""
+    spans = tuple(Span(lo - start, hi - start, regs) for lo, hi, regs in result.spans)
+    exits = tuple((site - start, None if target is None else target - start, state)
+                  for site, (target, state) in zip(sites, result.exits or (), strict=True))
+    return Kept(spans, exits)
 
 
 def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start: int, end: int,
-              at: dict[int, int], tables: dict[int, list[int]], anchors: list[Anchor]) -> Analysis:
-    """The dataflow over a decoded function: its spans of rules (``analyse``)."""
+              at: dict[int, int], tables: dict[int, list[int]],
+              table_exits: dict[int, tuple[int, ...]], anchors: list[Anchor],
+              entry: Entry | None) -> tuple[Analysis, list[int]]:
+    """The dataflow over a decoded function (``analyse``): its spans of rules
+    and exits, and the address of each exit's branch."""
     index = {reg: i for i, reg in enumerate(tracked)}
-    entry = _reconcile(_State(-_ENTRY_CFA[arch.name], None,
-                              tuple((None, True, False, None) for _ in tracked)),
-                       anchors[0])
+    first = _State(-_ENTRY_CFA[arch.name], None,
+                   tuple((None, True, False, None) for _ in tracked)) if entry is None \
+        else entry.state
+    begin = _reconcile(first, anchors[0])
     inert = [_inert(eff) for eff in effects]
     states: list[_State | None] = [None] * len(effects)
-    states[0] = entry
+    states[0] = begin
     work = [0]
     pending = {0}
     indirect: dict[int, _State] = {}  # site -> its state
+    if entry is not None:  # its hot part's unread tables may lead here too (parts.py)
+        for k, foreign in enumerate(entry.indirect):
+            indirect[-1 - k] = foreign
 
     def flow_to(i: int, state: _State) -> None:
         state = _reconcile(state, anchors[i])
@@ -542,4 +671,41 @@ def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start
             spans.append(Span(lo, hi, current))
         lo, hi, current = eff.address, eff.address + eff.size, regs
     spans.append(Span(lo, hi, current))
-    return Analysis(tuple(spans))
+    exits, sites_out = _exits(effects, states, inert, tables, table_exits, index, start, end)
+    return Analysis(tuple(spans), "", exits), sites_out
+
+
+# The flows whose ``target`` is a branch: where it leaves the code, an exit.
+_BRANCHES = (Flow.JUMP, Flow.COND, Flow.CALL)
+
+
+def _exits(effects: list[Effect], states: list[_State | None], inert: list[bool],
+           tables: dict[int, list[int]], table_exits: dict[int, tuple[int, ...]],
+           index: dict[int, int], start: int, end: int) -> tuple[tuple[Exit, ...], list[int]]:
+    """The branches out of ``[start, end)``: direct jumps and a read table's
+    targets with the state along them (None from an instruction no path
+    reaches), calls with none (they enter at a function entry), an unread
+    table's jump with its state and no target; and each one's branch address."""
+    out: list[Exit] = []
+    sites: list[int] = []
+    for i, eff in enumerate(effects):
+        flow = eff.flow
+        target = eff.target
+        if flow is Flow.INDIRECT:
+            if i in tables and i not in table_exits:
+                continue
+            targets: tuple[int | None, ...] = table_exits.get(i, ()) if i in tables else (None,)
+        elif flow in _BRANCHES and target is not None and not start <= target < end:
+            targets = (target,)
+        else:
+            continue
+        state = states[i]
+        if state is not None and flow is not Flow.CALL:
+            after: _State | None = state if inert[i] else _transfer(state, eff, index)
+        else:
+            after = None
+        if after is None and targets == (None,):
+            continue  # an unread table no path reaches: it is never taken
+        out.extend((t, after) for t in targets)
+        sites.extend(eff.address for _ in targets)
+    return tuple(out), sites

@@ -24,7 +24,7 @@ from .rules import FRERules, fre_rules
 
 if TYPE_CHECKING:
     from ..analysis.results import ResultStore
-    from ..analysis.saved import Analysis
+    from ..analysis.saved import Analysis, Entry
 
 __all__ = ["SFrameSection", "Lookup", "CodeReader", "PointerReader", "SAVED_REGISTERS"]
 
@@ -103,6 +103,8 @@ class SFrameSection:
         self.code = code
         self.saved_registers = saved_registers
         self._saved: OrderedDict[int, Analysis] = OrderedDict()
+        # Parts entered by jumps (gcc's NAME.cold), by start: how (analysis/parts.py).
+        self._entries: dict[int, Entry] = {}
         # Absolute addresses read from the file are the runtime ones (ET_EXEC).
         self.absolute_tables = False
         # Tables of code addresses (computed gotos), as they are once loaded.
@@ -342,6 +344,16 @@ class SFrameSection:
                 pc = row.end
         return rows
 
+    def analysed(self, fde: FDE) -> Analysis | None:
+        """``saved_analysis(fde)`` where rows carry its rules, else None."""
+        return self.saved_analysis(fde) if self._wants_saved(fde) else None
+
+    def enter_parts(self, entries: dict[int, Entry]) -> None:
+        """Analyse the parts at these starts from these states from now on
+        (``analysis/parts.py`` proves them for a whole module)."""
+        self._entries = dict(entries)
+        self._saved.clear()
+
     def saved_analysis(self, fde: FDE) -> Analysis:
         """Where the function of ``fde`` keeps the callee-saved registers (saved.py),
         analysed once from its code and kept."""
@@ -372,7 +384,8 @@ class SFrameSection:
                 return cfas[k][1] if k >= 0 else None
 
             result = analyse(self.arch, code, fde.start, cfa_at, self.code, self.absolute_tables,
-                             self.pointers, self.analysis_store, cfas)
+                             self.pointers, self._entries.get(fde.start), self.analysis_store,
+                             cfas)
         self._saved[fde.index] = result
         if len(self._saved) > SAVED_CACHE_SIZE:
             self._saved.popitem(last=False)

@@ -31,10 +31,10 @@ import os
 import re
 import tempfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..analysis import results
-from ..analysis.results import Kept, Masks, Reads, Regs
+from ..analysis.results import Kept, KeptExit, Masks, Reads, Regs, State
 from ..base.rows import SAME, Rule, RuleKind
 from . import cache as symcache
 
@@ -43,7 +43,7 @@ __all__ = ["AnalysisStore", "StoreKept", "ENV", "MIN_FDES", "SUFFIX", "enabled",
 ENV = "SFRAME_ANALYSIS_CACHE"
 MIN_FDES = 256
 SUFFIX = ".analysis"
-_MAGIC = b"sframe-gdb analysis results 1\n"
+_MAGIC = b"sframe-gdb analysis results 2\n"
 _MAX_FILE = 64 << 20  # a larger file is not ours
 _MAX_PAYLOAD = 512 << 20
 # Mask lists tried per (size, CFA rows) of a function: each try is a hash.
@@ -109,7 +109,7 @@ def _rule_sets(raw: object) -> list[Regs] | None:
     return out
 
 
-def _spans(flat: object, sets: list[Regs]) -> Kept | None:
+def _spans(flat: object, sets: list[Regs]) -> Sequence[tuple[int, int, Regs]] | None:
     """``[lo, hi, set, lo, hi, set, ...]`` as spans, or None unless ordered and in range."""
     if not isinstance(flat, list) or len(flat) % 3:
         return None
@@ -184,8 +184,8 @@ class AnalysisStore:
             self.hits += 1
         return found
 
-    def put(self, key: bytes, spans: Kept) -> None:
-        self._used[key] = tuple(spans)
+    def put(self, key: bytes, kept: Kept) -> None:
+        self._used[key] = Kept(tuple(kept.spans), tuple(kept.exits))
 
     def masks(self, index: bytes) -> list[Masks]:
         found = self._masks.get(index)
@@ -272,7 +272,10 @@ def _encode(entries: Mapping[bytes, Kept], masks: Mapping[bytes, list[Masks]],
     sets: dict[Regs, int] = {}
     table: list[list[object]] = []
     out: dict[str, list[int]] = {}
-    for key, spans in sorted(entries.items()):
+    states: dict[State, int] = {}
+    state_table: list[list[object]] = []
+    exits: dict[str, list[int | None]] = {}
+    for key, (spans, kept_exits) in sorted(entries.items()):
         flat: list[int] = []
         for lo, hi, regs in spans:
             which = sets.get(regs)
@@ -281,8 +284,23 @@ def _encode(entries: Mapping[bytes, Kept], masks: Mapping[bytes, list[Masks]],
                 table.append([[reg, rule.kind.value, rule.offset, rule.reg] for reg, rule in regs])
             flat += (lo, hi, which)
         out[key.hex()] = flat
+        if kept_exits:
+            branches: list[int | None] = []
+            for off, rel, state in kept_exits:
+                number = -1
+                if state is not None:
+                    state = (state[0], state[1], tuple((r[0], r[1], r[2], r[3]) for r in state[2]),
+                             state[3])
+                    number = states.get(state, -1)
+                    if number < 0:
+                        number = states[state] = len(state_table)
+                        state_table.append([state[0], state[1], [list(r) for r in state[2]],
+                                            state[3]])
+                branches += (off, rel, number)
+            exits[key.hex()] = branches
     payload = zlib.compress(json.dumps({"regs": table, "results": out, "masks": _flat(masks),
-                                        "reads": _flat(reads)},
+                                        "reads": _flat(reads), "states": state_table,
+                                        "exits": exits},
                                        separators=(",", ":")).encode(), 6)
     return _MAGIC + tag + b"\n" + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
 
@@ -345,11 +363,54 @@ def _parse(data: bytes, tag: bytes) -> _Parsed:
     reads = _triples(raw.get("reads"))
     if sets is None or masks is None or reads is None:
         return {}, {}, {}, "malformed rules or masks"
+    states = _states(raw.get("states"))
+    exits = raw.get("exits")
+    if states is None or not isinstance(exits, dict):
+        return {}, {}, {}, "malformed states or exits"
     entries: dict[bytes, Kept] = {}
     for name, flat in raw["results"].items():
         spans = _spans(flat, sets)
         key = _key(name)
-        if spans is None or key is None:
+        branches = _exits(exits.get(name, []), states)
+        if spans is None or key is None or branches is None:
             return {}, {}, {}, "malformed entry"
-        entries[key] = spans
+        entries[key] = Kept(spans, branches)
     return entries, masks, reads, ""
+
+
+def _is_opt_int(value: object) -> bool:
+    return value is None or type(value) is int
+
+
+def _states(raw: object) -> list[State] | None:
+    """The stored states (``results.State``), or None unless each is one."""
+    if not isinstance(raw, list):
+        return None
+    out: list[State] = []
+    for item in raw:
+        if not isinstance(item, list) or len(item) != 4 or not isinstance(item[2], list) \
+                or not (_is_opt_int(item[0]) and _is_opt_int(item[1]) and _is_opt_int(item[3])):
+            return None
+        regs = []
+        for reg in item[2]:
+            if not isinstance(reg, list) or len(reg) != 4 or not _is_opt_int(reg[0]) \
+                    or type(reg[1]) is not bool or type(reg[2]) is not bool \
+                    or not _is_opt_int(reg[3]):
+                return None
+            regs.append((reg[0], reg[1], reg[2], reg[3]))
+        out.append((item[0], item[1], tuple(regs), item[3]))
+    return out
+
+
+def _exits(flat: object, states: list[State]) -> tuple[KeptExit, ...] | None:
+    """``[offset, target offset, state, ...]`` as kept exits, or None unless well formed."""
+    if not isinstance(flat, list) or len(flat) % 3:
+        return None
+    out: list[KeptExit] = []
+    for k in range(0, len(flat), 3):
+        off, rel, which = flat[k], flat[k + 1], flat[k + 2]
+        if not (_is_int(off) and off >= 0 and _is_opt_int(rel) and _is_int(which)) \
+                or not -1 <= which < len(states):
+            return None
+        out.append((off, rel, None if which < 0 else states[which]))
+    return tuple(out)

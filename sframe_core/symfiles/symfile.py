@@ -28,7 +28,6 @@ from __future__ import annotations
 import bisect
 import hashlib
 import io
-import itertools
 import os
 import stat
 import struct
@@ -49,6 +48,7 @@ from .analysis_store import AnalysisStore, StoreKept
 from .elfsyms import executable_sections, function_symbols
 
 if TYPE_CHECKING:
+    from ..analysis.parts import Exits
     from ..dwarf.debug_frame import Encoded, Function
     from ..format.section import SFrameSection
 
@@ -72,8 +72,9 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_sy
 # or FP offset is not its ABI's is an error, not rows; 10: LLDB's file carries
 # an .eh_frame with the entry function's FDE (``_entry_eh_frame``); 11: LLDB
 # 21's file (``before_entry``) gives the byte before e_entry an unnamed
-# symbol and an FDE (``_before_entry``).
-GENERATOR = 11
+# symbol and an FDE (``_before_entry``); 12: rules in gcc's NAME.cold parts,
+# from the branches into them (analysis/parts.py).
+GENERATOR = 12
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3
@@ -645,11 +646,14 @@ def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None) -> _Frames
     in the module or its debug file) knows more than SFrame (callee-saved
     registers): it is kept whole, and FDEs are added only for functions it
     does not cover. ``jobs`` > 1: the FDEs are made by up to that many worker
-    processes (``_parallel``), the same bytes. ``store_file``: where the
+    processes (``_parallel``), the same bytes. The parts of functions entered
+    by jumps (gcc's ``NAME.cold``) are made again once every function's
+    branches are known (``_with_parts``). ``store_file``: where the
     analysis results of the module's last build are kept (``analysis_store``):
     read before, written after; the same bytes with it or without.
     """
-    from ..dwarf.debug_frame import assemble, encode_functions, encoded, entry_function, functions
+    from ..analysis.parts import Collector
+    from ..dwarf.debug_frame import assemble, encoded, entry_function, functions
     from ..targets.modules import Module
 
     path = plan.module.path
@@ -677,20 +681,45 @@ def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None) -> _Frames
         if gap is not None:
             extra.append(entry_function(gap, gap + 1))
         if jobs > 1 and section.num_fdes >= PARALLEL_MIN_FDES:
-            items = _parallel(path, section, covered, jobs, store)
-            items.extend(encoded(_uncovered(extra, covered), arch))
-            frames = _Frames(existing + assemble(items, arch, offset=len(existing)), eh, gap)
+            items, exits = _parallel(path, section, covered, jobs, store)
         else:
-            funcs = _uncovered(itertools.chain(functions(section), extra), covered)
-            frames = _Frames(existing + encode_functions(funcs, arch, offset=len(existing)), eh,
-                             gap)
+            collector = Collector(section)
+            items = list(encoded(_uncovered(functions(section, collector.rows), covered), arch))
+            exits = collector.exits
+        if info.elf_type in ("ET_EXEC", "ET_DYN"):  # a .o's sections all start at 0
+            items = _with_parts(section, exits, items, covered,
+                                {addr for _, addr, _ in executable_sections(plan.module.sections)})
+        items.extend(encoded(_uncovered(extra, covered), arch))
         if store is not None:
             store.save()
-        return frames
+        return _Frames(existing + assemble(items, arch, offset=len(existing)), eh, gap)
     except FormatError as exc:
         text = str(exc)
         raise FormatError(text if text.startswith(f"{path}:") else f"{path}: .sframe: {text}"
                           ) from None
+
+
+def _with_parts(section: SFrameSection, exits: Exits, items: list[Encoded],
+                covered: list[tuple[int, int]], section_starts: set[int]) -> list[Encoded]:
+    """``items`` with the FDEs of the parts entered by jumps (gcc's ``NAME.cold``)
+    made again, with the rules the module's branches into them prove
+    (``analysis/parts.py``): a second pass, once every function's exits are known."""
+    from ..analysis.parts import entries
+    from ..dwarf.debug_frame import encoded, functions
+
+    found = entries(section, exits, section_starts)
+    if not found:
+        return items
+    section.enter_parts(found)
+    again: dict[tuple[int, int], Encoded] = {}
+    for start in sorted(found):
+        fde = section.find_fde(start)
+        if fde is None:
+            continue
+        for item in encoded(_uncovered(functions(section, fdes=range(fde.index, fde.index + 1)),
+                                       covered), section.arch):
+            again[(item.start, item.end)] = item
+    return [again.get((item.start, item.end), item) for item in items]
 
 
 def _entry_eh_frame(plan: _Plan, info: ElfSFrame, section: SFrameSection,
@@ -785,28 +814,40 @@ def default_jobs() -> int:
 
 
 def _encode_part(path: str, fdes: range, covered: list[tuple[int, int]], saved: bool,
-                 store_file: str | None = None) -> tuple[list[Encoded], StoreKept] | None:
-    """A worker's share: the FDEs of ``fdes`` encoded, and the analysis results
-    it used and made (``store_file``: the kept ones it reads), or None when one
-    of them is corrupt (the parent then does the part itself, to raise what it
-    says)."""
-    from ..dwarf.debug_frame import encoded, functions
-
+                 store_file: str | None = None,
+                 ) -> tuple[list[Encoded], Exits, StoreKept] | None:
+    """A worker's share: the FDEs of ``fdes`` encoded, with their branches out
+    (``parts.Exits``) and the analysis results it used and made
+    (``store_file``: the kept ones it reads), or None when one of them is
+    corrupt (the parent then does the part itself, to raise what it says)."""
     try:
         section = read_elf(path).open()
         if section is None:
             return None
         section.saved_registers = saved
         store = _store(section, store_file)
-        items = list(encoded(_uncovered(functions(section, fdes=fdes), covered), section.arch))
-        return items, (({}, {}, {}) if store is None else store.kept())
+        items, exits = _encode_fdes(section, fdes, covered)
+        return items, exits, (({}, {}, {}) if store is None else store.kept())
     except SFrameError:
         return None
 
 
+def _encode_fdes(section: SFrameSection, fdes: range,
+                 covered: list[tuple[int, int]]) -> tuple[list[Encoded], Exits]:
+    from ..analysis.parts import Collector
+    from ..dwarf.debug_frame import encoded, functions
+
+    collector = Collector(section)
+    items = list(encoded(_uncovered(functions(section, collector.rows, fdes=fdes), covered),
+                         section.arch))
+    return items, collector.exits
+
+
 def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
-              jobs: int, store: AnalysisStore | None = None) -> list[Encoded]:
-    """Every FDE of ``section`` encoded by worker processes, in FDE order.
+              jobs: int, store: AnalysisStore | None = None) -> tuple[list[Encoded], Exits]:
+    """Every FDE of ``section`` encoded by worker processes, in FDE order, and
+    their branches out (merged: the parent makes the parts entered by jumps
+    again itself, ``_with_parts``, as in-process).
 
     Each worker opens the module itself and makes the rows of its FDEs as the
     in-process path does (the saved-register switch passed explicitly, since
@@ -821,7 +862,7 @@ def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    from ..dwarf.debug_frame import encoded, functions
+    from ..analysis.parts import Exits, merge
     from ..format import section as section_module
 
     count = section.num_fdes
@@ -833,7 +874,7 @@ def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
     # re-import per worker; else spawn, which is safe with threads.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() \
         and threading.active_count() == 1 else "spawn"
-    results: list[tuple[list[Encoded], StoreKept] | None]
+    results: list[tuple[list[Encoded], Exits, StoreKept] | None]
     store_file = None if store is None else store.path
     try:
         with ProcessPoolExecutor(min(jobs, len(parts)),
@@ -844,15 +885,15 @@ def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
     except (OSError, BrokenProcessPool, RuntimeError, ImportError):
         results = [None] * len(parts)
     items: list[Encoded] = []
+    exits = Exits({}, {}, {}, [])
     for part, result in zip(parts, results, strict=True):
         if result is None:
-            items.extend(encoded(_uncovered(functions(section, fdes=part), covered),
-                                 section.arch))
-            continue
+            result = (*_encode_fdes(section, part, covered), ({}, {}, {}))
         items.extend(result[0])
+        merge(exits, result[1])
         if store is not None:
-            store.absorb(result[1])
-    return items
+            store.absorb(result[2])
+    return items, exits
 
 
 def _write_atomically(target: str, plan: _Plan, frame: _Frames) -> None:
