@@ -135,7 +135,16 @@ def _corruptions(data: bytes) -> dict[str, bytes]:
     flipped[-10] ^= 0x40
     import hashlib
     import zlib
-    bad_spans = zlib.compress(b'{"regs":[[]],"results":{"' + b"0" * 40 + b'":[5,2,0]},"masks":{},"reads":{}}')
+    key = b'"' + b"0" * 40 + b'"'
+    bad_spans = zlib.compress(b'{"regs":[[]],"results":{' + key + b':[5,2,0]},"masks":{},'
+                              b'"reads":{},"states":[],"exits":{}}')
+    bad_exit = zlib.compress(b'{"regs":[[]],"results":{' + key + b':[0,2,0]},"masks":{},'
+                             b'"reads":{},"states":[],"exits":{' + key + b':[0,7,0]}}')
+    bad_state = zlib.compress(b'{"regs":[[]],"results":{},"masks":{},"reads":{},'
+                              b'"states":[[0,null,[[null,1,false,null]],null]],"exits":{}}')
+
+    def whole(payload: bytes) -> bytes:
+        return b"\n".join((magic, tag, hashlib.sha256(payload).hexdigest().encode(), payload))
     return {
         "truncated": data[: len(data) // 2],
         "one byte flipped": bytes(flipped),
@@ -143,8 +152,10 @@ def _corruptions(data: bytes) -> dict[str, bytes]:
         "empty": b"",
         "another version": b"\n".join((magic, b"0" * len(tag), digest, payload)),
         # Whole and checksummed, but an entry whose spans go backwards.
-        "malformed entry": b"\n".join((magic, tag, hashlib.sha256(bad_spans).hexdigest().encode(),
-                                       bad_spans)),
+        "malformed entry": whole(bad_spans),
+        # An exit whose state is not in the table, a state with a number for a flag.
+        "malformed exit": whole(bad_exit),
+        "malformed state": whole(bad_state),
     }
 
 
@@ -171,7 +182,8 @@ def test_corrupt_store_is_ignored_and_replaced(builds: tuple[Path, Path], tmp_pa
                      "one byte flipped": "checksum mismatch (truncated or corrupt)",
                      "garbage": "not a store file", "empty": "not a store file",
                      "another version": "made by another version",
-                     "malformed entry": "malformed entry"}
+                     "malformed entry": "malformed entry", "malformed exit": "malformed entry",
+                     "malformed state": "malformed states or exits"}
 
 
 def test_switched_off(builds: tuple[Path, Path], tmp_path: Path,
@@ -320,13 +332,18 @@ def test_call_into_own_function_is_not_reused() -> None:
     assert out.note == "" and out.spans
     inside = analyse(AMD64, code(0), start, cfa_at, store=store, rows=rows)  # calls pop rbx
     assert inside == analyse(AMD64, code(0), start, cfa_at) == \
-        Analysis((), f"call at {start + 1:#x} into its own function")
+        Analysis((), f"call at {start + 1:#x} into its own function", ())
     assert store.hits == 0
     # Elsewhere outside: the kept result, moved.
     again = analyse(AMD64, code(-0x5000), start + 0x40, lambda pc: cfa_at(pc - 0x40), store=store,
                     rows=[(at + 0x40, cfa) for at, cfa in rows])
     assert store.hits == 1
     assert again.spans == tuple(s._replace(start=s.start + 0x40, end=s.end + 0x40) for s in out.spans)
+    # Its exit (the call, no state: it enters at a function entry) goes where
+    # the call now goes, read from the bytes: what the analysis would say.
+    assert out.exits == ((start + 6 + 0x1000, None),)
+    assert again.exits == ((start + 0x40 + 6 - 0x5000, None),) == \
+        analyse(AMD64, code(-0x5000), start + 0x40, lambda pc: cfa_at(pc - 0x40)).exits
 
 
 def test_jump_tables_are_in_the_key(builds: tuple[Path, Path],
@@ -437,3 +454,64 @@ def test_indirect_jump_reading_nothing_reuses_when_moved(monkeypatch: pytest.Mon
     monkeypatch.setattr(decoder, "effects", no_decoding)
     assert analyse(AMD64, code(-0x3000), 0x402000, cfa_at, nothing, store=store, rows=rows) == fresh
     assert store.hits == 1
+
+
+# Four functions whose calls to a cold function gcc -O2 moves into parts of
+# their own (f1.cold ... in .text.unlikely); build B inserts a function
+# before them, so the hot parts move and the cold parts do not: every jump
+# from a hot part into its cold part has a new displacement.
+_COLD_SOURCE = r"""
+#include <stdio.h>
+__attribute__((noinline)) int sink(int x) { return x * 3; }
+__attribute__((cold, noinline)) void report(int s, int t) { fprintf(stderr, "%d %d\n", s, t); }
+#ifdef EDITED
+__attribute__((noinline)) int filler(int x) {
+  int r = 0; for (int i = 0; i < x; i++) r += sink(i) * i; return r; }
+#endif
+#define F(n) __attribute__((noinline)) int f##n(int a, int b) { \
+  int s = sink(a); int t = sink(b + n); \
+  if (s < 0) { report(s, t); report(t, s); s = sink(s + t); } \
+  return s + t + sink(s ^ t); }
+F(1) F(2) F(3) F(4)
+int main(int argc, char **argv) { return f1(argc, 1) + f2(argc, 2) + f3(argc, 3) + f4(argc, 4); }
+"""
+
+
+def test_cold_parts_moved_against_their_hot_parts(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept function's branches out (what ``parts.py`` proves the parts'
+    entries from) go where the new build's bytes say: B with A's store is
+    B without it, its four parts entered, and only the new function analysed."""
+    import subprocess
+
+    from sframe_core.analysis.parts import Collector, entries
+    from sframe_core.dwarf.debug_frame import functions
+    from sframe_core.symfiles.elfsyms import executable_sections
+
+    source = tmp_path / "cold.c"
+    source.write_text(_COLD_SOURCE)
+    builds = []
+    for name, flags in (("a", []), ("b", ["-DEDITED"])):
+        twin = tmp_path / name
+        subprocess.run(["gcc", "-O2", "-g", "-Wa,--gsframe", *flags, str(source), "-o", str(twin)],
+                       check=True)
+        subprocess.run(["objcopy", "--remove-section", ".eh_frame", "--remove-section",
+                        ".eh_frame_hdr", str(twin), f"{twin}.noeh"], check=True)
+        builds.append(Path(f"{twin}.noeh"))
+    monkeypatch.setattr(analysis_store, "MIN_FDES", 0)
+    module, store = tmp_path / "prog.noeh", tmp_path / "store"
+    shutil.copy(builds[1], module)
+    plain_b = _plain(module, monkeypatch)
+    section = read_elf(str(module)).open()
+    assert section is not None
+    collector = Collector(section)
+    for _ in functions(section, collector.rows):
+        pass
+    starts = {addr for _, addr, _ in executable_sections(symfile.read_module(str(module)).sections)}
+    assert len(entries(section, collector.exits, starts)) == 4
+    shutil.copy(builds[0], module)
+    symfile.symbol_file_bytes(str(module), store_dir=str(store))
+    shutil.copy(builds[1], module)
+    runs = _counting(monkeypatch)
+    assert symfile.symbol_file_bytes(str(module), store_dir=str(store)) == plain_b
+    assert runs[0] == 1  # filler

@@ -41,6 +41,7 @@ stack above their CFA (the ABI).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -335,11 +336,11 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
         return Analysis((), "no instruction decoder for this ABI")
     if len(code) > MAX_BYTES:
         return Analysis((), f"function larger than {MAX_BYTES} bytes")
-    if entry is not None:
-        store = None  # no key holds the entering state
     # amd64: keys from the bytes, with the fields other builds found masked
-    # (``results.masked_key``): no detailed decoding on a hit.
-    index = None if store is None or rows is None else index_key(arch, len(code), start, rows)
+    # (``results.masked_key``): no detailed decoding on a hit. Not for a part
+    # given its entry: that is in its ``flow_key`` only (``_qualified``).
+    index = None if store is None or rows is None or entry is not None \
+        else index_key(arch, len(code), start, rows)
     context = f"{read is None} {pointers is None} {absolute_tables}"  # what the table readers get
     if index is not None and store is not None:
         for masks in store.masks(index):
@@ -425,13 +426,12 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     tracked = decoder.tracked
     anchors = [_anchor(cfa_at(eff.address), arch) for eff in effects]
     # Everything from here on reads only what the key holds (see ``flow_key``):
-    # a result kept for the same key is the one the dataflow would give. A
-    # read table's targets out of the function are not in it: such a
-    # function is neither looked up nor kept.
-    if store is None or table_exits:
+    # a result kept for the same key is the one the dataflow would give.
+    if store is None:
         return _dataflow(arch, tracked, effects, start, end, at, tables, table_exits, anchors,
                          entry)[0]
-    key = flow_key(arch, tracked, effects, start, end, tables, anchors)
+    key = _qualified(flow_key(arch, tracked, effects, start, end, tables, anchors),
+                     table_exits, entry, start)
     result = None if key is None else \
         _moved(store.get(key), start, len(code), _effect_targets(effects, at, start, end))
     if result is not None:
@@ -455,6 +455,18 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
                 store.put(quick, kept)
             store.add_masks(index, masks)
     return result
+
+
+def _qualified(key: bytes | None, table_exits: dict[int, tuple[int, ...]], entry: Entry | None,
+               start: int) -> bytes | None:
+    """``key`` with what ``flow_key`` leaves out but a result holds: a read
+    table's targets out of the function (exits, offsets from ``start``) and
+    the state a part is entered in (``entry``)."""
+    if key is None or (not table_exits and entry is None):
+        return key
+    outside = sorted((i, tuple(t - start for t in targets)) for i, targets in table_exits.items())
+    text = f"exits {outside!r}\nentry {None if entry is None else tuple(entry)!r}"
+    return hashlib.sha256(key + text.encode()).digest()[:20]
 
 
 def _answers(reads: Reads, read: Callable[[int, int], bytes | None] | None,
@@ -517,10 +529,15 @@ def _byte_targets(masks: Sequence[tuple[int, int, int]], code: bytes, start: int
 
 
 def _effect_targets(effects: list[Effect], at: dict[int, int], start: int, end: int) -> Targets:
-    """Targets from the decoded instructions (a hit on ``flow_key``)."""
+    """Targets from the decoded instructions (a hit on ``flow_key``); a read
+    table's are in the key (``_qualified``), so the same offsets."""
     def target(off: int, rel: int) -> int:
         i = at.get(start + off)
-        found = None if i is None else effects[i].target
+        if i is None:
+            return _MISS
+        if effects[i].flow is Flow.INDIRECT:
+            return start + rel
+        found = effects[i].target
         return _MISS if found is None or start <= found < end else found
     return target
 

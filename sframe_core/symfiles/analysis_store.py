@@ -8,7 +8,10 @@ path, one file beside the symbol files holding each function's result under
 the digest of everything its dataflow reads (``analysis/results.py``: the
 decoded effects relative to the function's start, its CFA anchors, its
 resolved jump tables, the analysis code), and the next build's functions
-with the same digest take the kept spans, moved to where they now start.
+with the same digest take the kept spans, moved to where they now start,
+and the kept branches out of the function (the state along each, which
+``analysis/parts.py`` needs of every function to enter gcc's ``.cold``
+parts), with their targets read again from the new build's bytes.
 The symbol file is the same, byte for byte, with or without this file.
 
 The file (``<module name>-<digest of its path>.analysis``) holds the last
