@@ -32,7 +32,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import zlib
 from collections.abc import Mapping, Sequence
 
@@ -246,6 +245,8 @@ class AnalysisStore:
                 and reads == self._loaded_reads:
             symcache.touch(self.path)
             return
+        import tempfile  # as symfile.py: only where a file is written
+
         directory = os.path.dirname(os.path.abspath(self.path))
         try:
             fd, tmp = tempfile.mkstemp(prefix=".sframe-tmp-", suffix=SUFFIX, dir=directory)

@@ -42,15 +42,14 @@ from ..base.files import notes_build_id
 from ..format import saved_registers
 from ..format.elf import ElfSFrame, read_elf
 from ..targets.symbols import DEBUG_ROOTS, SymbolTable
-from . import analysis_store
 from . import cache as symcache
-from .analysis_store import AnalysisStore, StoreKept
 from .elfsyms import executable_sections, function_symbols
 
 if TYPE_CHECKING:
     from ..analysis.parts import Exits
     from ..dwarf.debug_frame import Encoded, Function
     from ..format.section import SFrameSection
+    from .analysis_store import AnalysisStore, StoreKept
 
 # tempfile (with shutil, random and the compressors shutil imports), the
 # .debug_frame writer (with the SFrame decoder) and the module table are
@@ -630,10 +629,12 @@ def _store(section: SFrameSection, store_file: str | None) -> AnalysisStore | No
 
     saved = section_module.SAVED_REGISTERS if section.saved_registers is None \
         else section.saved_registers
+    from . import analysis_store
+
     if store_file is None or not saved or section.num_fdes < analysis_store.MIN_FDES \
             or not analysis_store.enabled():
         return None
-    store = AnalysisStore.load(store_file, f"sframe-gdb symbol file {GENERATOR}")
+    store = analysis_store.AnalysisStore.load(store_file, f"sframe-gdb symbol file {GENERATOR}")
     section.analysis_store = store  # an AnalysisStore is a ResultStore
     return store
 
@@ -957,6 +958,8 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
 
 def _store_file(plan: _Plan, directory: str | None) -> str | None:
     """The module's analysis store file in ``directory`` (None: none, or turned off)."""
+    from . import analysis_store
+
     if directory is None or not analysis_store.enabled() or _usable_dir(directory) is None:
         return None
     return analysis_store.store_path(directory, plan.module.path)
