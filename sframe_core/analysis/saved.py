@@ -432,15 +432,19 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
                          entry)[0]
     key = _qualified(flow_key(arch, tracked, effects, start, end, tables, anchors),
                      table_exits, entry, start)
-    result = None if key is None else \
-        _moved(store.get(key), start, len(code), _effect_targets(effects, at, start, end))
-    if result is not None:
-        return result
-    result, sites_out = _dataflow(arch, tracked, effects, start, end, at, tables, table_exits,
-                                  anchors, entry)
-    kept = _relative(result, sites_out, start)
-    if key is not None:
-        store.put(key, kept)
+    reused = None if key is None else store.get(key)
+    result = None if reused is None else \
+        _moved(reused, start, len(code), _effect_targets(effects, at, start, end))
+    if result is not None and reused is not None:
+        # Kept again with this function's own targets: its bytes' key below
+        # reads an unmasked branch's target as the offset kept.
+        kept = _relative(result, [start + off for off, _, _ in reused.exits], start)
+    else:
+        result, sites_out = _dataflow(arch, tracked, effects, start, end, at, tables, table_exits,
+                                      anchors, entry)
+        kept = _relative(result, sites_out, start)
+        if key is not None:
+            store.put(key, kept)
     if index is not None and (not sites or read is not None):
         # Without indirect jumps nothing was read from the file: the bytes say
         # it all; with them, the bytes at this address and what was read.
