@@ -190,30 +190,16 @@ class AnalysisStore:
         self._used[key] = Kept(tuple(kept.spans), tuple(kept.exits))
 
     def masks(self, index: bytes) -> list[Masks]:
-        found = self._masks.get(index)
-        if found is None:
-            found = self._masks[index] = list(self._loaded_masks.get(index, ()))
-        return found
+        return _lists(self._masks, self._loaded_masks, index)
 
     def add_masks(self, index: bytes, masks: Masks) -> None:
-        known = self.masks(index)
-        if masks not in known:
-            if len(known) >= _MASKS_PER_INDEX:
-                del known[0]
-            known.append(masks)
+        _add_bounded(self.masks(index), masks)
 
     def reads(self, key: bytes) -> list[Reads]:
-        found = self._reads.get(key)
-        if found is None:
-            found = self._reads[key] = list(self._loaded_reads.get(key, ()))
-        return found
+        return _lists(self._reads, self._loaded_reads, key)
 
     def add_reads(self, key: bytes, reads: Reads) -> None:
-        known = self.reads(key)
-        if reads not in known:
-            if len(known) >= _MASKS_PER_INDEX:
-                del known[0]
-            known.append(reads)
+        _add_bounded(self.reads(key), reads)
 
     # -- the generator's side -----------------------------------------------------
 
@@ -264,6 +250,26 @@ class AnalysisStore:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+_Triples = tuple[tuple[int, int, int], ...]
+
+
+def _lists(used: dict[bytes, list[_Triples]], loaded: Mapping[bytes, list[_Triples]],
+           key: bytes) -> list[_Triples]:
+    """The masks or reads under ``key`` this build uses (the loaded ones, copied once)."""
+    found = used.get(key)
+    if found is None:
+        found = used[key] = list(loaded.get(key, ()))
+    return found
+
+
+def _add_bounded(known: list[_Triples], item: _Triples) -> None:
+    """``item`` added to ``known``, the oldest dropped past ``_MASKS_PER_INDEX``."""
+    if item not in known:
+        if len(known) >= _MASKS_PER_INDEX:
+            del known[0]
+        known.append(item)
 
 
 def _flat(lists: Mapping[bytes, list[tuple[tuple[int, int, int], ...]]]) -> dict[str, list[list[int]]]:
