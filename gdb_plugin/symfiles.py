@@ -37,8 +37,8 @@ import gdb
 
 from sframe_core.base.errors import SFrameError
 from sframe_core.format.elf import read_elf
-from sframe_core.symfiles.jobs import FOREGROUND_FDES, Job, JobResult, made_at_once
-from sframe_core.symfiles.symfile import cache_dir, cached_symbol_file, read_module, symbol_file_for
+from sframe_core.symfiles.jobs import FOREGROUND_FDES, Job, JobResult, made_at_once, symbol_file_now
+from sframe_core.symfiles.symfile import cache_dir, cached_symbol_file, read_module
 
 __all__ = ["Route", "Routes", "SETTINGS", "FOREGROUND_FDES", "NATIVE", "PENDING", "FALLBACK",
            "OWN_CFI"]
@@ -238,7 +238,7 @@ class Routes:
             return self._attach(objfile, path, cached.path)
         if self.setting == "foreground" or made_at_once(path):
             try:
-                made = symbol_file_for(path, function_symbols=False, module=module)
+                made = symbol_file_now(path, function_symbols=False, module=module)
             except SFrameError as exc:
                 return Route(FALLBACK, path, str(exc))
             self._warn(made.warning)

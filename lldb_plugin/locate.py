@@ -75,7 +75,8 @@ def _symbol_file(path: str) -> str | None:
     LLDB goes on with the module's own file and the stop-hook hands the
     module to the frame provider until the file is ready.
     """
-    from sframe_core.symfiles.symfile import cached_symbol_file, read_module, symbol_file_for
+    from sframe_core.symfiles.jobs import symbol_file_now
+    from sframe_core.symfiles.symfile import cached_symbol_file, read_module
 
     st = os.stat(path)
     key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
@@ -93,7 +94,7 @@ def _symbol_file(path: str) -> str | None:
             if in_background(path):
                 start_job(path)
                 return None  # not decided: a later module of that file may find it cached
-            result = symbol_file_for(path, before_entry=before_entry)
+            result = symbol_file_now(path, before_entry=before_entry)
         if result.warning:
             warn_once(("symfile-warning", result.warning), result.warning)
         if result.debug_source is None or keeps_addresses_when_debug_info_is_replaced():

@@ -140,8 +140,8 @@ def _generate(path: str) -> str:
     separate debug file gdb and LLDB would find (build-id directory,
     ``.gnu_debuglink``), so adding it never loses variables or line tables.
     """
-    from sframe_core.symfiles.symfile import symbol_file_for
-    made = symbol_file_for(path, before_entry=not merges_symbol_file_eh_frame())
+    from sframe_core.symfiles.jobs import symbol_file_now
+    made = symbol_file_now(path, before_entry=not merges_symbol_file_eh_frame())
     if made.warning:
         warn_once(("symfile-warning", made.warning), made.warning)
     return made.path

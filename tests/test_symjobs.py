@@ -6,10 +6,12 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
 from elftools.elf.elffile import ELFFile
 from helpers import need
 from helpers.gdbtools import fixture
 
+from sframe_core.base.errors import SFrameError
 from sframe_core.symfiles.jobs import Job, JobResult, worker_python
 from sframe_core.symfiles.symfile import cached_symbol_file, symbol_file_for
 
@@ -92,3 +94,61 @@ def test_worker_error_is_one_line(tmp_path: Path) -> None:
     result = _run(bogus, tmp_path / "cache")
     assert result.path is None and result.error is not None
     assert result.error.startswith(str(bogus)) and "\n" not in result.error, result.error
+
+
+def _large(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """``symbol_file_now`` sees every module as large enough for a worker,
+    on two CPUs, with the cache in ``tmp_path``; returns the paths workers got."""
+    from sframe_core.symfiles import jobs, symfile
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(symfile, "PARALLEL_MIN_FDES", 1)
+    monkeypatch.setattr(symfile, "default_jobs", lambda: 2)
+    started: list[str] = []
+    real = jobs.Job
+
+    class Counted(real):  # type: ignore[misc, valid-type]
+        def __init__(self, path: str, *args: object, **kwargs: object) -> None:
+            started.append(path)
+            super().__init__(path, *args, **kwargs)  # type: ignore[arg-type]
+    monkeypatch.setattr(jobs, "Job", Counted)
+    return started
+
+
+def test_waited_for_file_of_a_large_module_comes_from_a_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What an adapter that waits gets (gdb's ``foreground``, LLDB 21, LLDB 23
+    with debug information): the file a worker made on every CPU, the same
+    bytes as one made here, gdb's and LLDB 21's variants alike."""
+    from sframe_core.symfiles.jobs import symbol_file_now
+
+    started = _large(monkeypatch, tmp_path)
+    for path, kwargs in ((need(STRIPPED), {"function_symbols": False}),
+                         (need(DEEP), {"before_entry": True})):
+        made = symbol_file_now(str(path), **kwargs)
+        assert started[-1] == str(path) and made.cached  # the worker's, from the cache
+        here = symbol_file_for(str(path), cache=str(tmp_path / "here"), **kwargs)
+        assert Path(made.path).name == Path(here.path).name
+        assert Path(made.path).read_bytes() == Path(here.path).read_bytes()
+    assert len(started) == 2
+
+
+def test_waited_for_file_without_a_worker_is_made_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that cannot start leaves the module to this process; a module
+    that cannot be read says what is wrong in one line, as ``symbol_file_for``."""
+    from sframe_core.symfiles import jobs
+    from sframe_core.symfiles.jobs import symbol_file_now
+
+    started = _large(monkeypatch, tmp_path)
+    monkeypatch.setattr(jobs, "worker_python", lambda: None)
+    made = symbol_file_now(str(need(DEEP)))
+    assert started == [str(need(DEEP))] and not made.cached
+    bogus = tmp_path / "not-elf"
+    bogus.write_bytes(b"#!/bin/sh\necho hello\n")
+    with pytest.raises(SFrameError) as raised:
+        symbol_file_now(str(bogus))
+    with pytest.raises(SFrameError) as plain:
+        symbol_file_for(str(bogus))
+    assert str(raised.value) == str(plain.value)
+    assert str(raised.value).startswith(str(bogus)) and "\n" not in str(raised.value)

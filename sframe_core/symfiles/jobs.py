@@ -26,8 +26,12 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
+from ..base.errors import SFrameError
+
 if TYPE_CHECKING:
     import subprocess
+
+    from .symfile import ModuleInfo, SymbolFile
 
 # argparse, json, shutil, subprocess and threading are imported where a worker
 # is started or run: a debugger imports this module at start-up for
@@ -35,7 +39,7 @@ if TYPE_CHECKING:
 # (a warm cache, a small module), so they would cost every start-up ~15 ms.
 
 __all__ = ["JobResult", "Job", "worker_python", "main", "FOREGROUND_FDES", "FOREGROUND_ENV",
-           "made_at_once"]
+           "made_at_once", "symbol_file_now"]
 
 # Below this many FDEs a missing symbol file is made before the debugger goes
 # on (a fraction of a second); above it, in a worker while the adapter's own
@@ -56,7 +60,6 @@ def made_at_once(path: str) -> bool:
     analysis is off (the file then costs little, and a worker would not know
     it is off).
     """
-    from ..base.errors import SFrameError
     from ..format import section as section_module
     from ..format.elf import read_elf
     if not section_module.SAVED_REGISTERS:
@@ -70,6 +73,38 @@ def made_at_once(path: str) -> bool:
     except SFrameError:
         return True
     return found is None or found.num_fdes <= limit
+
+
+def symbol_file_now(path: str, *, function_symbols: bool = True, before_entry: bool = False,
+                    module: ModuleInfo | None = None) -> SymbolFile:
+    """``symfile.symbol_file_for``, for an adapter that waits for the file
+    (the debugger cannot go on without it): a module large enough to be
+    split between processes (``PARALLEL_MIN_FDES``) is made by a worker at
+    the debugger's own priority, on every CPU, since a debugger's Python
+    cannot fork itself; the rest here, as before. A worker that fails or
+    cannot start leaves the module to ``symbol_file_for`` here, which makes
+    it or raises what is wrong with it (one line, as always)."""
+    from ..format import section as section_module
+    from ..format.elf import read_elf
+    from .symfile import PARALLEL_MIN_FDES, cached_symbol_file, default_jobs, symbol_file_for
+
+    large = False
+    if section_module.SAVED_REGISTERS and default_jobs() > 1:
+        try:
+            found = read_elf(path).open()
+            large = found is not None and found.num_fdes >= PARALLEL_MIN_FDES
+        except (SFrameError, OSError):
+            large = False
+    if large:
+        result = Job(path, lambda result: None, function_symbols=function_symbols,
+                     before_entry=before_entry, nice=0).wait()
+        if result.path is not None:
+            made = cached_symbol_file(path, function_symbols=function_symbols,
+                                      before_entry=before_entry, module=module)
+            if made is not None:
+                return made._replace(warning=result.warning or made.warning)
+    return symbol_file_for(path, function_symbols=function_symbols, before_entry=before_entry,
+                           module=module)
 
 
 class JobResult(NamedTuple):
@@ -131,7 +166,8 @@ class Job:
     """
 
     def __init__(self, path: str, on_done: Callable[[JobResult], None], *,
-                 cache: str | None = None, function_symbols: bool = True) -> None:
+                 cache: str | None = None, function_symbols: bool = True,
+                 before_entry: bool = False, nice: int = NICE) -> None:
         import subprocess
         import threading
 
@@ -151,6 +187,9 @@ class Job:
             args += ["--cache", cache]
         if not function_symbols:
             args.append("--no-function-symbols")
+        if before_entry:
+            args.append("--before-entry")
+        args += ["--nice", str(nice)]
         try:
             self._process = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -160,7 +199,8 @@ class Job:
             return
         # At once, not only once the worker has started Python and imported
         # what it needs (0.2 s of CPU): the debugger comes first from the start.
-        _nice_session(self._process.pid, NICE)
+        if nice:
+            _nice_session(self._process.pid, nice)
         self._thread = threading.Thread(target=self._wait, daemon=True,
                                         name=f"sframe symbol file {os.path.basename(path)}")
         self._thread.start()
@@ -238,17 +278,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path")
     parser.add_argument("--cache", default=None)
     parser.add_argument("--no-function-symbols", action="store_true")
+    parser.add_argument("--before-entry", action="store_true")
     parser.add_argument("--nice", type=int, default=NICE,
                         help="lower this worker's priority by N: the debugger comes first")
     args = parser.parse_args(argv)
     if args.nice:
         _lower_priority(args.nice)
-    from ..base.errors import SFrameError
     from .symfile import default_jobs, symbol_file_for
     try:
         # A process of its own: a large module's functions go to every CPU.
         made = symbol_file_for(args.path, cache=args.cache, jobs=default_jobs(),
-                               function_symbols=not args.no_function_symbols)
+                               function_symbols=not args.no_function_symbols,
+                               before_entry=args.before_entry)
     except SFrameError as exc:
         print(json.dumps({"error": str(exc)}))
         return 1
