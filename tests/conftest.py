@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import missing
+from helpers import bench_scale, missing
 from helpers.gdbtools import GDBS, gdb_version
 
 # gdb sessions the tests start themselves (batch runs, qemu stubs) make their
@@ -55,6 +55,19 @@ def host_sframe_version(host_sframe_binary: Path) -> int:
     found = re.findall(r"Version: SFRAME_VERSION_(\d+)", out)
     assert len(found) == 1, f"readelf --sframe {host_sframe_binary}: no single version in:\n{out}"
     return int(found[0])
+
+
+@pytest.fixture(scope="session")
+def large_program(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(twin, .noeh copy) of a generated program just large enough for its
+    symbol file to be split between worker processes (``PARALLEL_MIN_FDES``)."""
+    from sframe_core.symfiles.symfile import PARALLEL_MIN_FDES
+
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is needed to build the generated program")
+    scale = bench_scale()
+    base = tmp_path_factory.mktemp("large")
+    return scale.build(scale.gen_program(PARALLEL_MIN_FDES, base / "src"), base / "prog")
 
 
 @pytest.fixture(params=sorted(GDBS), scope="module")

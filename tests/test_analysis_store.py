@@ -10,16 +10,14 @@ has moved and every call across it has a new displacement.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, bench_scale
 
 from sframe_core.analysis import results, saved
 from sframe_core.analysis.saved import Analysis, analyse
@@ -36,21 +34,12 @@ EDITED = 100
 TAG = f"sframe-gdb symbol file {symfile.GENERATOR}"
 
 
-def _bench_scale() -> ModuleType:
-    """bench/bench_scale.py, the generator (loaded by path: bench is no package)."""
-    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(build A, build B): the ``.noeh`` programs, B with f<EDITED> edited."""
     if shutil.which("gcc") is None:
         pytest.fail("gcc is needed to build the generated programs")
-    scale = _bench_scale()
+    scale = bench_scale()
     base = tmp_path_factory.mktemp("rebuild")
     _, a = scale.build(scale.gen_program(FUNCTIONS, base / "a" / "src"), base / "a" / "prog")
     _, b = scale.build(scale.gen_program(FUNCTIONS, base / "b" / "src", edited=EDITED),

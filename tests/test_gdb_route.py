@@ -357,3 +357,28 @@ def test_cold_partition_registers_are_the_twins(gdb_path: str, cold: Path) -> No
     assert list(want) == ["rbx", "rbp", "r12", "r13"] and "<not saved>" not in want.values()
     assert got == want, \
         f"{ours[4]}\n--- twin:\n{twin[4]}"
+
+
+def test_large_module_waited_for_is_made_on_every_cpu(gdb_path: str, tmp_path: Path,
+                                                      large_program: tuple[Path, Path]) -> None:
+    """``foreground`` on a module large enough to be split between processes
+    (4,096 FDEs): its file comes from a worker at gdb's priority, on every
+    CPU, while gdb waits (``symbol_file_now``), and the session is the twin's
+    from the first stop."""
+    commands = ["break stop_here", "run", "bt", "info frame", "up 3", "info frame",
+                "info registers rbx rbp rsp rip", "finish"]
+    outs = {}
+    for which, binary in zip(("twin", "noeh"), large_program, strict=True):
+        (tmp_path / which).mkdir()
+        shutil.copy(binary, tmp_path / which / "prog")  # paths of one length: the same stack
+        with Gdb(gdb_path, plugin=which == "noeh", args=[f"{which}/prog"], cwd=str(tmp_path),
+                 env={"XDG_CACHE_HOME": str(tmp_path / "cache")}) as g:
+            outs[which] = [_normal(g.cmd(c).replace("noeh/prog", "twin/prog")) for c in commands]
+            if which == "noeh":
+                assert "unwound by gdb's DWARF unwinder from the symbol file" \
+                    in g.cmd("info sframe")
+    for command, want, got in zip(commands, outs["twin"], outs["noeh"], strict=True):
+        _no_python_errors(got)
+        assert got == want, f"{command!r}\n--- twin:\n{want}\n--- plugin:\n{got}"
+    assert len(parse_bt(outs["twin"][2])) > 20, outs["twin"][2]
+    assert list((tmp_path / "cache" / "sframe-gdb" / "symbols").glob("*.debug"))

@@ -649,3 +649,21 @@ def test_large_debug_info_module_late_add(version: str, tmp_path: Path) -> None:
                              "frame variable buff", "sframe status"], env=env)
     assert f"{binary.name}: LLDB's own unwinder" in command_output(out, "sframe status"), out
     assert fields.findall(command_output(out, "frame variable buff")) == want_buff, out
+
+
+@pytest.mark.parametrize("version", ["22", "23"])
+def test_large_module_waited_for_is_made_on_every_cpu(version: str, tmp_path: Path,
+                                                      large_program: tuple[Path, Path]) -> None:
+    """Where LLDB waits for the file (``foreground``; 23 with debug information
+    by default) of a module large enough to be split between processes
+    (4,096 FDEs): a worker makes it on every CPU (``symbol_file_now``), and
+    ``bt`` is LLDB's own from the first stop, the twin's. (21 does not take a
+    file for a module with debug information: docs/lldb.md.)"""
+    twin, noeh = large_program
+    want = _full(command_output(_launch(version, twin, twin, ["bt"], plugin=False), "bt"),
+                 noeh.name, twin.name)
+    assert len(want) > 20, want
+    out = _launch(version, noeh, twin, ["bt", "sframe status"], plugin=True, env=_env(tmp_path))
+    bt = command_output(out, "bt")
+    assert "[synthetic]" not in bt and _full(bt, noeh.name, twin.name) == want, out
+    assert f"{noeh.name}: LLDB's own unwinder" in command_output(out, "sframe status"), out

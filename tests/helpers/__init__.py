@@ -11,10 +11,12 @@ and ``oracle`` (gdb as the oracle for cores and live processes, and the
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import NoReturn
 
 import pytest
@@ -84,3 +86,13 @@ def corrupt_sframe_version(source: Path, dest: Path) -> Path:
     dest.write_bytes(bytes(data))
     dest.chmod(0o755)
     return dest
+
+
+def bench_scale() -> ModuleType:
+    """bench/bench_scale.py, whose program generator tests share with the
+    benchmarks (loaded by path: bench is no package)."""
+    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
