@@ -326,8 +326,8 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     rules. Its exits are the branches that leave the code (``Exit``), with
     the state along each where the analysis ran.
     ``store``: results kept from earlier runs (another build of the program),
-    by ``flow_key``; the dataflow, the costly part, runs only on a miss (not
-    for a part given its ``entry``, which no key holds).
+    by ``flow_key`` (a part given its ``entry`` by that and the entry,
+    ``_qualified``); the dataflow, the costly part, runs only on a miss.
     ``rows``: the (address, CFA rule) rows ``cfa_at`` answers from, which
     amd64's keys from the bytes need (``results.masked_key``).
     """
@@ -520,15 +520,16 @@ Targets = Callable[[int, int], int]
 def _byte_targets(masks: Sequence[tuple[int, int, int]], code: bytes, start: int) -> Targets:
     """Targets read from the bytes (a hit on ``masked_key``): a masked branch's
     from its displacement now; any other is the same bytes, so the same offset."""
-    branches = {off: length for kind, off, length in masks if kind in (1, 2)}
-    widths = {off: 4 if kind == 1 else 1 for kind, off, _ in masks if kind in (1, 2)}
+    # A masked branch's offset -> (its end, its displacement's width).
+    branches = {off: (off + length, 4 if kind == 1 else 1)
+                for kind, off, length in masks if kind in (1, 2)}
 
     def target(off: int, rel: int) -> int:
-        length = branches.get(off)
-        if length is None:
+        found = branches.get(off)
+        if found is None:
             return start + rel
-        end = off + length
-        return start + end + int.from_bytes(code[end - widths[off]:end], "little", signed=True)
+        end, width = found
+        return start + end + int.from_bytes(code[end - width:end], "little", signed=True)
     return target
 
 
@@ -557,14 +558,11 @@ def _moved(kept: Kept | None, start: int, size: int, targets: Targets) -> Analys
         return None
     exits: list[Exit] = []
     for off, rel, state in kept_exits:
-        if rel is None:
-            exits.append((None, None if state is None else _State(*state)))
-            continue
-        if not 0 <= off < size:
-            return None
-        target = targets(off, rel)
-        if target == _MISS:
-            return None
+        target = None  # an unread table's jump: no target to move
+        if rel is not None:
+            target = targets(off, rel) if 0 <= off < size else _MISS
+            if target == _MISS:
+                return None
         exits.append((target, None if state is None else _State(*state)))
     return Analysis(tuple(Span(start + lo, start + hi, regs) for lo, hi, regs in spans), "",
                     tuple(exits))

@@ -301,9 +301,14 @@ class SFrameSection:
             self._rules[key] = rules
         return rules
 
+    @property
+    def saves_registers(self) -> bool:
+        """Whether this section's rows get the saved-register rules: its own
+        switch, else the module's (``SAVED_REGISTERS``)."""
+        return SAVED_REGISTERS if self.saved_registers is None else self.saved_registers
+
     def _wants_saved(self, fde: FDE) -> bool:
-        return self.code is not None and not fde.is_pcmask and (
-            SAVED_REGISTERS if self.saved_registers is None else self.saved_registers)
+        return self.code is not None and not fde.is_pcmask and self.saves_registers
 
     def _row(self, fde: FDE, fre: FRE, rules: FRERules, start: int, end: int,
              pc: int | None = None, analysis: Analysis | None = None) -> Row:

@@ -33,7 +33,8 @@ import json
 import os
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from ..analysis import results
 from ..analysis.results import Kept, KeptExit, Masks, Reads, Regs, State
@@ -253,6 +254,7 @@ class AnalysisStore:
 
 
 _Triples = tuple[tuple[int, int, int], ...]
+_Item = TypeVar("_Item", Regs, State)
 
 
 def _lists(used: dict[bytes, list[_Triples]], loaded: Mapping[bytes, list[_Triples]],
@@ -272,6 +274,17 @@ def _add_bounded(known: list[_Triples], item: _Triples) -> None:
         known.append(item)
 
 
+def _number(numbers: dict[_Item, int], table: list[list[object]], item: _Item,
+            row: Callable[[_Item], list[object]]) -> int:
+    """``item``'s row number in ``table`` (rule sets, states: each written once),
+    its ``row`` appended the first time."""
+    found = numbers.get(item)
+    if found is None:
+        found = numbers[item] = len(table)
+        table.append(row(item))
+    return found
+
+
 def _flat(lists: Mapping[bytes, list[tuple[tuple[int, int, int], ...]]]) -> dict[str, list[list[int]]]:
     return {key.hex(): [[n for triple in one for n in triple] for one in found]
             for key, found in sorted(lists.items())}
@@ -288,24 +301,14 @@ def _encode(entries: Mapping[bytes, Kept], masks: Mapping[bytes, list[Masks]],
     for key, (spans, kept_exits) in sorted(entries.items()):
         flat: list[int] = []
         for lo, hi, regs in spans:
-            which = sets.get(regs)
-            if which is None:
-                which = sets[regs] = len(table)
-                table.append([[reg, rule.kind.value, rule.offset, rule.reg] for reg, rule in regs])
-            flat += (lo, hi, which)
+            flat += (lo, hi, _number(sets, table, regs, lambda regs: [
+                [reg, rule.kind.value, rule.offset, rule.reg] for reg, rule in regs]))
         out[key.hex()] = flat
         if kept_exits:
             branches: list[int | None] = []
             for off, rel, state in kept_exits:
-                number = -1
-                if state is not None:
-                    state = (state[0], state[1], tuple((r[0], r[1], r[2], r[3]) for r in state[2]),
-                             state[3])
-                    number = states.get(state, -1)
-                    if number < 0:
-                        number = states[state] = len(state_table)
-                        state_table.append([state[0], state[1], [list(r) for r in state[2]],
-                                            state[3]])
+                number = -1 if state is None else _number(states, state_table, state, lambda s: [
+                    s[0], s[1], [list(r) for r in s[2]], s[3]])
                 branches += (off, rel, number)
             exits[key.hex()] = branches
     payload = zlib.compress(json.dumps({"regs": table, "results": out, "masks": _flat(masks),

@@ -61,18 +61,25 @@ def made_at_once(path: str) -> bool:
     it is off).
     """
     from ..format import section as section_module
-    from ..format.elf import read_elf
     if not section_module.SAVED_REGISTERS:
         return True
     try:
         limit = int(os.environ.get(FOREGROUND_ENV, "") or FOREGROUND_FDES)
     except ValueError:
         limit = FOREGROUND_FDES
+    fdes = _fde_count(path)
+    return fdes is None or fdes <= limit
+
+
+def _fde_count(path: str) -> int | None:
+    """The FDEs of the module's ``.sframe`` (its header alone), or None: no
+    such section, or a module that cannot be read (its generation says why)."""
+    from ..format.elf import read_elf
     try:
         found = read_elf(path).open()
     except SFrameError:
-        return True
-    return found is None or found.num_fdes <= limit
+        return None
+    return None if found is None else found.num_fdes
 
 
 def symbol_file_now(path: str, *, function_symbols: bool = True, before_entry: bool = False,
@@ -85,17 +92,10 @@ def symbol_file_now(path: str, *, function_symbols: bool = True, before_entry: b
     cannot start leaves the module to ``symbol_file_for`` here, which makes
     it or raises what is wrong with it (one line, as always)."""
     from ..format import section as section_module
-    from ..format.elf import read_elf
     from .symfile import PARALLEL_MIN_FDES, cached_symbol_file, default_jobs, symbol_file_for
 
-    large = False
-    if section_module.SAVED_REGISTERS and default_jobs() > 1:
-        try:
-            found = read_elf(path).open()
-            large = found is not None and found.num_fdes >= PARALLEL_MIN_FDES
-        except (SFrameError, OSError):
-            large = False
-    if large:
+    if section_module.SAVED_REGISTERS and default_jobs() > 1 \
+            and (_fde_count(path) or 0) >= PARALLEL_MIN_FDES:
         result = Job(path, lambda result: None, function_symbols=function_symbols,
                      before_entry=before_entry, nice=0).wait()
         if result.path is not None:

@@ -625,13 +625,10 @@ def _store(section: SFrameSection, store_file: str | None) -> AnalysisStore | No
     """The analysis results kept for the module (``analysis_store``), attached
     to ``section``; None when none are kept (turned off, a small module, no
     saved-register analysis)."""
-    from ..format import section as section_module
-
-    saved = section_module.SAVED_REGISTERS if section.saved_registers is None \
-        else section.saved_registers
     from . import analysis_store
 
-    if store_file is None or not saved or section.num_fdes < analysis_store.MIN_FDES \
+    if store_file is None or not section.saves_registers \
+            or section.num_fdes < analysis_store.MIN_FDES \
             or not analysis_store.enabled():
         return None
     store = analysis_store.AnalysisStore.load(store_file, f"sframe-gdb symbol file {GENERATOR}")
@@ -864,13 +861,11 @@ def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
     from concurrent.futures.process import BrokenProcessPool
 
     from ..analysis.parts import Exits, merge
-    from ..format import section as section_module
 
     count = section.num_fdes
     size = max(_PART_MIN, -(-count // (jobs * 4)))
     parts = [range(lo, min(lo + size, count)) for lo in range(0, count, size)]
-    saved = section_module.SAVED_REGISTERS if section.saved_registers is None \
-        else section.saved_registers
+    saved = section.saves_registers
     # fork when nothing else runs in this process (the command line): no
     # re-import per worker; else spawn, which is safe with threads.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() \
