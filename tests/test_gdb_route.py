@@ -61,8 +61,8 @@ _RUN_NOISE = [(re.compile(r"\b(process|LWP) \d+"), r"\1 N"),
               (re.compile(r"^Reading symbols from /usr/lib/debug/\S+\n", re.M), "")]
 
 
-def _normal(text: str) -> str:
-    text = text.replace("noeh/sessions", "twin/sessions")
+def _normal(text: str, program: str = "sessions") -> str:
+    text = text.replace(f"noeh/{program}", f"twin/{program}")
     for pattern, replacement in _RUN_NOISE:
         text = pattern.sub(replacement, text)
     return text
@@ -73,18 +73,27 @@ def _no_python_errors(text: str) -> None:
 
 
 def _session(gdb_path: str, root: Path, which: str, commands: list[str],
-             args: str = "") -> list[str]:
-    """Each command's output, with the program's directory written as ``twin``."""
+             args: str = "", program: str = "sessions",
+             env: dict[str, str] | None = None) -> list[str]:
+    """Each command's output, with the program's directory written as ``twin``
+    (``root/twin/PROGRAM`` and ``root/noeh/PROGRAM``: paths of one length, so
+    the stack is the same)."""
     plugin = which == "noeh"
-    with Gdb(gdb_path, plugin=plugin, cwd=str(root), args=[f"{which}/sessions"]) as g:
+    with Gdb(gdb_path, plugin=plugin, cwd=str(root), args=[f"{which}/{program}"], env=env) as g:
         if args:
             g.cmd(f"set args {args}")
         outs = []
         for command in commands:
             out = g.cmd(command)
             _no_python_errors(out)
-            outs.append(_normal(out))
+            outs.append(_normal(out, program))
         return outs
+
+
+def _same(commands: list[str], twin: list[str], ours: list[str]) -> None:
+    """Every command printed the same on the twin and with the plugin."""
+    for command, want, got in zip(commands, twin, ours, strict=True):
+        assert got == want, f"{command!r}\n--- twin:\n{want}\n--- plugin:\n{got}"
 
 
 def _same_session(gdb_path: str, root: Path, commands: list[str], args: str = "") -> list[str]:
@@ -92,9 +101,7 @@ def _same_session(gdb_path: str, root: Path, commands: list[str], args: str = ""
     every command prints the same, and without the plugin the .noeh copy
     does not (the scenario needs the plugin)."""
     twin = _session(gdb_path, root, "twin", commands, args)
-    ours = _session(gdb_path, root, "noeh", commands, args)
-    for command, want, got in zip(commands, twin, ours, strict=True):
-        assert got == want, f"{command!r}\n--- twin:\n{want}\n--- plugin:\n{got}"
+    _same(commands, twin, _session(gdb_path, root, "noeh", commands, args))
     return twin
 
 
@@ -343,12 +350,8 @@ def test_cold_partition_registers_are_the_twins(gdb_path: str, cold: Path) -> No
     it prove (``analysis/parts.py``), as the twin's CFI has the hot part's
     saves in its cold FDE. rbp, which SFrame's rows carry, is the twin's too."""
     commands = ["break stop_here", "run", "bt", "frame 2", "info registers rbx rbp r12 r13"]
-    outs = {}
-    for which in ("twin", "noeh"):
-        with Gdb(gdb_path, plugin=which == "noeh", cwd=str(cold), args=[f"{which}/cold"]) as g:
-            outs[which] = [_normal(g.cmd(c).replace("noeh/cold", "twin/cold")) for c in commands]
-        _no_python_errors("\n".join(outs[which]))
-    twin, ours = outs["twin"], outs["noeh"]
+    twin, ours = (_session(gdb_path, cold, which, commands, program="cold")
+                  for which in ("twin", "noeh"))
     frames = parse_bt(twin[2])
     assert [f.name for f in frames] == ["stop_here", "parse_record", "read_records",
                                         "load_config", "main"], twin[2]
@@ -367,18 +370,14 @@ def test_large_module_waited_for_is_made_on_every_cpu(gdb_path: str, tmp_path: P
     from the first stop."""
     commands = ["break stop_here", "run", "bt", "info frame", "up 3", "info frame",
                 "info registers rbx rbp rsp rip", "finish"]
-    outs = {}
     for which, binary in zip(("twin", "noeh"), large_program, strict=True):
         (tmp_path / which).mkdir()
-        shutil.copy(binary, tmp_path / which / "prog")  # paths of one length: the same stack
-        with Gdb(gdb_path, plugin=which == "noeh", args=[f"{which}/prog"], cwd=str(tmp_path),
-                 env={"XDG_CACHE_HOME": str(tmp_path / "cache")}) as g:
-            outs[which] = [_normal(g.cmd(c).replace("noeh/prog", "twin/prog")) for c in commands]
-            if which == "noeh":
-                assert "unwound by gdb's DWARF unwinder from the symbol file" \
-                    in g.cmd("info sframe")
-    for command, want, got in zip(commands, outs["twin"], outs["noeh"], strict=True):
-        _no_python_errors(got)
-        assert got == want, f"{command!r}\n--- twin:\n{want}\n--- plugin:\n{got}"
-    assert len(parse_bt(outs["twin"][2])) > 20, outs["twin"][2]
+        shutil.copy(binary, tmp_path / which / "prog")
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    twin = _session(gdb_path, tmp_path, "twin", commands, program="prog", env=env)
+    ours = _session(gdb_path, tmp_path, "noeh", [*commands, "info sframe"], program="prog",
+                    env=env)
+    _same(commands, twin, ours[:-1])
+    assert "unwound by gdb's DWARF unwinder from the symbol file" in ours[-1], ours[-1]
+    assert len(parse_bt(twin[2])) > 20, twin[2]
     assert list((tmp_path / "cache" / "sframe-gdb" / "symbols").glob("*.debug"))
