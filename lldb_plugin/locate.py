@@ -89,12 +89,12 @@ def _symbol_file(path: str) -> str | None:
     if (info.header[1] in _ROUTE_MACHINES and info.section(".sframe") is not None
             and info.section(".eh_frame") is None and info.section(".debug_frame") is None):
         before_entry = not merges_symbol_file_eh_frame()
-        result = cached_symbol_file(path, before_entry=before_entry)
+        result = cached_symbol_file(path, before_entry=before_entry, module=info)
         if result is None:
             if in_background(path):
                 start_job(path)
                 return None  # not decided: a later module of that file may find it cached
-            result = symbol_file_now(path, before_entry=before_entry)
+            result = symbol_file_now(path, before_entry=before_entry, module=info)
         if result.warning:
             warn_once(("symfile-warning", result.warning), result.warning)
         if result.debug_source is None or keeps_addresses_when_debug_info_is_replaced():

@@ -244,9 +244,35 @@ def test_signal_handler(gdb_path: str) -> None:
 
 
 # How often a run is repeated until every thread has left the barrier and
-# sleeps in usleep (the fixture's threads race main to stop_here); a real
-# unwinding difference shows in every run, a race rarely twice.
+# sleeps in usleep (the fixture's threads race main to stop_here; since
+# ``_park_workers`` they no longer should); a real unwinding difference
+# shows in every run, a race rarely twice.
 THREAD_TRIES = 5
+
+
+def _park_workers(g: Gdb) -> None:
+    """Run each worker thread alone, main held at stop_here, to the entry of
+    its next ``clock_nanosleep`` system call (usleep's), where it stops.
+
+    main reaches stop_here right after the barrier; on a loaded machine the
+    workers it released were often still in pthread_barrier_wait (futex_wait,
+    futex_wake: 4 and 6 runs of 20 on 2 busy CPUs, each a failed try of the
+    THREAD_TRIES). Stopped at a system call's entry, a thread's pc is the
+    instruction after ``syscall``, as is a thread blocked in it: each worker
+    then shows the frames of one that sleeps, whatever the timing (52 runs of
+    52 under the same load, gdb 17, 18 and the system's). Threads that were
+    asleep already are run too (through one more sleep), so all are in the
+    same state."""
+    # Thread 1, listed first, is main.
+    workers = re.findall(r"^\*?\s+(\d+)\s+Thread ", g.cmd("info threads"), re.M)[1:]
+    g.cmd("catch syscall clock_nanosleep")
+    g.cmd("set scheduler-locking on")
+    for number in workers:
+        g.cmd(f"thread {number}")
+        out = g.cmd("continue")
+        assert "Catchpoint" in out, out
+    g.cmd("set scheduler-locking off")
+    g.cmd("thread 1")
 
 
 def _settled(threads: list) -> bool:
@@ -272,6 +298,7 @@ def test_threads(gdb_path: str) -> None:
             with Gdb(gdb_path, plugin=plugin, args=[str(program)]) as g:
                 g.cmd("break stop_here")
                 g.cmd("run")
+                _park_workers(g)
                 text = g.cmd("thread apply all bt")
             _no_python_errors(text)
             chunks = re.split(r"\nThread \d+ ", "\n" + text)[1:]

@@ -365,7 +365,7 @@ def test_cold_partition_registers_are_the_twins(gdb_path: str, cold: Path) -> No
 def test_large_module_waited_for_is_made_on_every_cpu(gdb_path: str, tmp_path: Path,
                                                       large_program: tuple[Path, Path]) -> None:
     """``foreground`` on a module large enough to be split between processes
-    (4,096 FDEs): its file comes from a worker at gdb's priority, on every
+    (``PARALLEL_MIN_FDES``): its file comes from a worker at gdb's priority, on every
     CPU, while gdb waits (``symbol_file_now``), and the session is the twin's
     from the first stop."""
     commands = ["break stop_here", "run", "bt", "info frame", "up 3", "info frame",

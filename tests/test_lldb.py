@@ -21,6 +21,7 @@ from helpers.lldbtools import (
     Session,
     break_command,
     command_output,
+    hang_report,
     parse_bt,
     run_lldb,
     symbol_address,
@@ -190,20 +191,6 @@ IMPORT_ROUNDS = 25
 IMPORT_BUDGET = 45.0  # seconds: the test stops adding rounds after this
 
 
-def _threads_of(pid: int) -> str:
-    """Every thread's stack of a hung process (gdb attaches in batch mode), for
-    the failure message: where LLDB waits, and for which lock."""
-    gdb = shutil.which("gdb")
-    if gdb is None:
-        return "(no gdb to show them)"
-    try:
-        out = subprocess.run([gdb, "-batch", "-nx", "-p", str(pid), "-ex", "thread apply all bt 30"],
-                             capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"(gdb could not show them: {exc})"
-    return "\n".join(line for line in out.splitlines() if line.startswith(("Thread", "#")))
-
-
 def test_import_on_a_core_never_hangs(tmp_path: Path) -> None:
     """LLDB 23, a core of a program stopped after a longjmp, the plugin imported
     right after the core loads: LLDB's event-handler thread makes the frame
@@ -230,7 +217,7 @@ def test_import_on_a_core_never_hangs(tmp_path: Path) -> None:
                     out = session.cmd(command)
                 except pexpect.TIMEOUT:
                     pytest.fail(f"lldb-23 hung in round {round_} at {command!r}; its threads:\n"
-                                + _threads_of(session.child.pid))
+                                + hang_report(session.child))
                 assert "Traceback" not in out, out
             if time.monotonic() - start > IMPORT_BUDGET:
                 break

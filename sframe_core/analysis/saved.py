@@ -168,6 +168,25 @@ def _anchor(cfa: CFARule | None, arch: Arch) -> Anchor:
     return (None, None)
 
 
+def _anchors(effects: list[Effect], rows: Sequence[tuple[int, CFARule | None]],
+             arch: Arch) -> list[Anchor]:
+    """Each instruction's anchor from the rows ``cfa_at`` answers from (in
+    address order): one walk, and one anchor per row, rather than a search
+    and an anchor per instruction."""
+    out: list[Anchor] = []
+    k, count = -1, len(rows)
+    none: Anchor = (None, None)
+    anchor = none
+    for eff in effects:
+        address = eff.address
+        if k + 1 < count and rows[k + 1][0] <= address:
+            while k + 1 < count and rows[k + 1][0] <= address:
+                k += 1
+            anchor = _anchor(rows[k][1], arch)
+        out.append(anchor)
+    return out
+
+
 def _reconcile(state: _State, anchor: Anchor) -> _State:
     sp, fp = anchor
     if (sp is not None and state.sp is not None and sp != state.sp) or (
@@ -424,7 +443,8 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
                 if outside:
                     table_exits[i] = outside
     tracked = decoder.tracked
-    anchors = [_anchor(cfa_at(eff.address), arch) for eff in effects]
+    anchors = _anchors(effects, rows, arch) if rows is not None \
+        else [_anchor(cfa_at(eff.address), arch) for eff in effects]
     # Everything from here on reads only what the key holds (see ``flow_key``):
     # a result kept for the same key is the one the dataflow would give.
     if store is None:

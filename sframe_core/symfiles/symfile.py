@@ -794,12 +794,13 @@ def _uncovered(funcs: Iterable[Function], covered: list[tuple[int, int]]) -> Ite
 
 # -- worker processes ---------------------------------------------------------------
 
-# Below this many FDEs a module is done in-process: starting workers (each
-# with a cold decoder memo) costs more than they save (1,030 FDEs: 1.4 s
-# alone, 2.1 s with two workers on the 2-core test machine; 10,030: 7.6 s, 4.9 s).
-PARALLEL_MIN_FDES = 4096
+# Below this many FDEs a module is done in-process: forked workers (each
+# with a cold decoder memo) would cost about what they save. Measured with
+# ``--jobs 2`` on the 2-core test machine, forked workers: lua5.4 (705 FDEs)
+# 0.79 s alone, 0.45 s split; 1,030 generated FDEs 0.44 s, 0.29 s.
+PARALLEL_MIN_FDES = 512
 # FDEs per part handed to a worker (at least; parts are jobs * 4 for balance).
-_PART_MIN = 256
+_PART_MIN = 128
 
 
 def default_jobs() -> int:

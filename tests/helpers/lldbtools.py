@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 import pexpect
@@ -11,8 +14,9 @@ import pexpect
 from . import DEBUGGERS, FIXTURES, ROOT, Frame, missing
 
 PLUGIN = ROOT / "lldb_plugin"
-__all__ = ["FIXTURES", "PLUGIN", "Session", "break_command", "command_output", "parse_bt", "run_lldb",
-           "run_lldb_status",
+__all__ = ["FIXTURES", "NO_DEBUGINFOD", "PLUGIN", "PYTHON_STACKS", "Session", "break_command",
+           "command_output",
+           "hang_report", "native_stacks", "parse_bt", "run_lldb", "run_lldb_status",
            "symbol_address", "lldb_path"]
 
 ANSI_RE = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[78])")
@@ -27,10 +31,89 @@ def lldb_path(version: str) -> Path:
     return path
 
 
+# No symbol file from the network. lldb-for-pwndbg asks debuginfod.pwndbg.re
+# (no timeout) for the symbol files modules lack: six name lookups at each
+# ``target create --core`` of deep.noeh.stripped. On 2 loaded CPUs LLDB 23
+# then hung for minutes in curl's name lookup (the core's [vdso], from
+# Module::PreloadSymbols: 6 of 27 LLDBs of 40 core loads each), and 40 loads
+# took 27-150 s, 2 s without. As gdbtools' gdb ("set debuginfod enabled
+# off"), every LLDB of the tests runs without it.
+NO_DEBUGINFOD = "settings clear plugin.symbol-locator.debuginfod.server-urls"
+
+
+# An LLDB command that makes SIGUSR2 print every Python thread's traceback
+# (``faulthandler``, from its C signal handler: no GIL needed, so it answers
+# while a thread waits for the GIL or holds it) on LLDB's stderr, fd 2 (not
+# ``sys.stderr``: in a ``script`` command that is a pipe LLDB closes after
+# it). Only for the sessions that ask for it (``python_stacks=True``): it
+# starts LLDB's Python before anything else would.
+PYTHON_STACKS = ("script import faulthandler, signal; "
+                 "faulthandler.register(signal.SIGUSR2, file=2, all_threads=True)")
+
+
+def native_stacks(pid: int) -> str:
+    """Every thread's native stack of a hung process (gdb attaches in batch
+    mode), for a failure message: where LLDB waits, and for which lock."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return "(no gdb to show them)"
+    try:
+        out = subprocess.run([gdb, "-batch", "-nx", "-p", str(pid), "-ex", "thread apply all bt 40"],
+                             capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(gdb could not show them: {exc})"
+    # "from /long/path/lib.so" -> "from lib.so": the frames are what matters.
+    return "\n".join(_LIBRARY_PATH.sub(r" from \1", line) for line in out.splitlines()
+                     if line.startswith(("Thread", "#")))
+
+
+_LIBRARY_PATH = re.compile(r" from \S*/([^/\s]+)$")
+_PYTHON_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\)", re.M)
+
+
+def hang_report(child: pexpect.spawn, *, python_stacks: bool = False) -> str:
+    """What a hung LLDB is doing, while it still runs: with ``python_stacks``
+    (LLDB ran ``PYTHON_STACKS``), each Python thread's traceback, then every
+    native thread's stack (``native_stacks``)."""
+    parts = []
+    if python_stacks and child.isalive():
+        text = ""
+        try:
+            os.kill(child.pid, signal.SIGUSR2)
+            # faulthandler writes at once; what else LLDB had buffered comes too.
+            while True:
+                text += child.read_nonblocking(65536, timeout=2)
+        except (pexpect.ExceptionPexpect, OSError):
+            pass
+        text = ANSI_RE.sub("", text.replace("\r\n", "\n"))
+        found = _PYTHON_THREAD.search(text)
+        parts.append("Python threads (faulthandler):\n"
+                     + (text[found.start():] if found else f"(none printed; output:\n{text[-2000:]})"))
+    native = native_stacks(child.pid)
+    main = native[native.find("\nThread 1 "):]
+    if "Editline::GetLine" in main and "HandleCommand" not in main:
+        parts.append("(LLDB's main thread waits for the next command: the command was slow, "
+                     "not hung)")
+    if all(frame in native for frame in _PARALLEL_LOAD_DEADLOCK):
+        parts.append("(LLDB's own deadlock in its parallel module load, LLDB 23.1.0: two "
+                     "llvm-worker threads in ObjectFile::GetSectionList, each waiting for the "
+                     "module or section mutex the other holds; 'settings set "
+                     "target.parallel-module-load false' avoids it)")
+    parts.append("native threads (gdb):\n" + native)
+    return "\n".join(parts)
+
+
+# The frames of LLDB's parallel-module-load deadlock (test_lldb_route.py,
+# test_core_target_delete_and_create_again, says how it comes about).
+_PARALLEL_LOAD_DEADLOCK = ("DynamicLoaderPOSIXDYLD::LoadAllCurrentModules",
+                           "llvm::StdThreadPool::wait", "ObjectFile::GetSectionList")
+
+
 def run_lldb(version: str, commands: list[str], *, plugin: bool = True, timeout: int = 120,
-             env: dict[str, str] | None = None) -> str:
+             env: dict[str, str] | None = None, python_stacks: bool = False) -> str:
     """Run LLDB in batch mode; the whole transcript (a hang fails the test)."""
-    return run_lldb_status(version, commands, plugin=plugin, timeout=timeout, env=env)[0]
+    return run_lldb_status(version, commands, plugin=plugin, timeout=timeout, env=env,
+                           python_stacks=python_stacks)[0]
 
 
 # LLDB 22 once (in 1 of ~1,300 launches of a CI run, not again in 700 launches
@@ -45,19 +128,27 @@ LAUNCH_TRIES = 3
 
 
 def run_lldb_status(version: str, commands: list[str], *, plugin: bool = True, timeout: int = 120,
-                    env: dict[str, str] | None = None) -> tuple[str, int]:
-    """``run_lldb`` and LLDB's exit status (a signal that killed it: 128 + its number)."""
+                    env: dict[str, str] | None = None, python_stacks: bool = False
+                    ) -> tuple[str, int]:
+    """``run_lldb`` and LLDB's exit status (a signal that killed it: 128 + its number).
+
+    A hang fails with LLDB's threads (``hang_report``): their native stacks,
+    and with ``python_stacks`` their Python tracebacks too (LLDB then runs
+    ``PYTHON_STACKS`` first)."""
     for _ in range(LAUNCH_TRIES):
-        text, status = _run_lldb_once(version, commands, plugin=plugin, timeout=timeout, env=env)
+        text, status = _run_lldb_once(version, commands, plugin=plugin, timeout=timeout, env=env,
+                                      python_stacks=python_stacks)
         if not _LOADER_TRACE_STOP.search(text):
             break
     return text, status
 
 
 def _run_lldb_once(version: str, commands: list[str], *, plugin: bool, timeout: int,
-                   env: dict[str, str] | None) -> tuple[str, int]:
+                   env: dict[str, str] | None, python_stacks: bool) -> tuple[str, int]:
     args = [str(lldb_path(version)), "--no-lldbinit", "--no-use-colors", "-b",
-            "-O", "settings set show-statusline false"]
+            "-O", "settings set show-statusline false", "-O", NO_DEBUGINFOD]
+    if python_stacks:
+        args += ["-O", PYTHON_STACKS]
     if plugin:
         args += ["-o", f"command script import {PLUGIN}"]
     for command in commands:
@@ -77,9 +168,11 @@ def _run_lldb_once(version: str, commands: list[str], *, plugin: bool, timeout: 
     try:
         out = child.read()
     except pexpect.TIMEOUT:
-        out = child.before or ""
+        out = ANSI_RE.sub("", (child.before or "").replace("\r\n", "\n"))
+        report = hang_report(child, python_stacks=python_stacks)
         child.close(force=True)
-        raise AssertionError(f"lldb-{version} timed out:\n{out[-3000:]}") from None
+        raise AssertionError(f"lldb-{version} timed out after {timeout} s:\n{out[-3000:]}\n"
+                             f"-- its threads then --\n{report}") from None
     child.close()
     status = child.exitstatus if child.exitstatus is not None else 128 + (child.signalstatus or 0)
     text = ANSI_RE.sub("", out.replace("\r\n", "\n"))
@@ -141,6 +234,7 @@ class Session:
                                    env=env, encoding="utf-8", timeout=timeout, cwd=str(ROOT),
                                    dimensions=(200, 400))
         self.child.expect(self.PROMPT)
+        self.cmd(NO_DEBUGINFOD)
         if plugin:
             self.cmd(f"command script import {PLUGIN}")
 
