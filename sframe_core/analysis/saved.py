@@ -174,15 +174,12 @@ def _anchors(effects: list[Effect], rows: Sequence[tuple[int, CFARule | None]],
     address order): one walk, and one anchor per row, rather than a search
     and an anchor per instruction."""
     out: list[Anchor] = []
-    k, count = -1, len(rows)
-    none: Anchor = (None, None)
-    anchor = none
+    k, count = 0, len(rows)
+    anchor: Anchor = (None, None)
     for eff in effects:
-        address = eff.address
-        if k + 1 < count and rows[k + 1][0] <= address:
-            while k + 1 < count and rows[k + 1][0] <= address:
-                k += 1
+        while k < count and rows[k][0] <= eff.address:
             anchor = _anchor(rows[k][1], arch)
+            k += 1
         out.append(anchor)
     return out
 
