@@ -22,6 +22,7 @@ import pytest
 from helpers import X86, corrupt_sframe_version, need
 from helpers.lldbtools import (
     PLUGIN,
+    SERIAL_MODULE_LOAD,
     Session,
     break_command,
     command_output,
@@ -231,7 +232,7 @@ def test_core_target_delete_and_create_again(version: str, route: str, cores: di
     binary = V3 / "deep.noeh.stripped"
     load = f"target create {binary} --core {cores[binary.name]}"
     cycles = [command for _ in range(10) for command in (load, "target delete")]
-    serial = ["settings set target.parallel-module-load false"] if version == "23" else []
+    serial = [SERIAL_MODULE_LOAD] if version == "23" else []
     out, status = run_lldb_status(version, [*serial, *cycles, load, "bt"], python_stacks=True,
                                   env={**_env(tmp_path), "SFRAME_LLDB_ROUTE": route})
     assert status == 0, out[-3000:]
