@@ -16,7 +16,7 @@ import gdb
 from sframe_core.base.errors import SFrameError
 from sframe_core.version import __version__
 
-from .symfiles import FALLBACK, NATIVE, PENDING, SETTINGS, Route
+from .symfiles import FALLBACK, HELD, NATIVE, PENDING, SETTINGS, Route
 from .unwinder import MODES, SFrameUnwinder
 
 __all__ = ["register"]
@@ -185,6 +185,10 @@ def _served_by(mode: str, cfi: list[str], route: Route | None) -> str:
         return "unwound by the sframe unwinder (mode always)"
     if cfi:
         return f"the sframe unwinder serves only where {'/'.join(cfi)} has no FDE"
+    if route is not None and route.kind == PENDING and route.detail == HELD:
+        return ("unwound by the sframe unwinder until the program next stops: its symbol file "
+                "is ready, attached then (not at this stop at a breakpoint of several "
+                "locations, where gdb would warn after every command)")
     if route is not None and route.kind == PENDING:
         return (f"unwound by the sframe unwinder until its symbol file is ready (being made for "
                 f"{time.monotonic() - route.since:.1f} s)")

@@ -64,13 +64,18 @@ def connect(plugin: SFrameUnwinder) -> None:
         plugin.end_walk()
         if routes is not None:
             try:
-                routes.on_stop()
+                routes.on_stop(event)  # None: a prompt, where no worker is waited for
             except Exception as exc:  # noqa: BLE001
                 warn(f"symbol file: {type(exc).__name__}: {exc}")
         try:
             plugin.refresh()
         except Exception as exc:  # noqa: BLE001
             warn(f"cannot read the section table: {exc}")
+
+    def on_cont(event=None) -> None:
+        plugin.forget_frames()
+        if routes is not None:
+            routes.on_resume()
 
     handlers = [
         ("new_objfile", on_new_objfile),
@@ -81,7 +86,7 @@ def connect(plugin: SFrameUnwinder) -> None:
         ("executable_changed", on_anything),  # GDB 14+
         ("corefile_changed", on_anything),  # GDB 18
         ("exited", on_anything),
-        ("cont", plugin.forget_frames),
+        ("cont", on_cont),
         ("memory_changed", plugin.forget_frames),
         ("register_changed", plugin.forget_frames),
         ("stop", on_stop),

@@ -41,7 +41,7 @@ from sframe_core.symfiles.jobs import FOREGROUND_FDES, Job, JobResult, made_at_o
 from sframe_core.symfiles.symfile import cache_dir, cached_symbol_file, read_module
 
 __all__ = ["Route", "Routes", "SETTINGS", "FOREGROUND_FDES", "NATIVE", "PENDING", "FALLBACK",
-           "OWN_CFI"]
+           "OWN_CFI", "HELD"]
 
 SETTINGS = ("auto", "foreground", "off")
 # The setting a session starts with (scripts and test harnesses that want the
@@ -54,6 +54,7 @@ _EM_AARCH64, _EM_S390 = 183, 22
 
 NATIVE = "native"  # gdb's DWARF unwinder, from our symbol file
 PENDING = "pending"  # the symbol file is being made; the Python unwinder serves meanwhile
+HELD = "symbol file ready, attached at the next stop"  # a PENDING route's detail (``_held_at``)
 FALLBACK = "fallback"  # the Python unwinder serves: the reason says why
 OWN_CFI = "own CFI"  # gdb has the objfile's CFI; the Python unwinder covers what it lacks
 
@@ -104,6 +105,9 @@ class Routes:
         self._routes: dict[gdb.Objfile, Route] = {}
         self._jobs: dict[str, Job] = {}  # module path -> its worker
         self._ready: dict[str, JobResult] = {}  # workers done, not yet attached
+        # Stopped where attaching would leave gdb warning at every prompt
+        # (``_held_at``): the ready files wait for the next stop.
+        self._held = False
         self._warned: set[str] = set()
         # Objfiles whose file on this machine has section headers and no
         # .sframe: gdb lists no .sframe of theirs either (``adds_no_sframe``).
@@ -168,8 +172,22 @@ class Routes:
         if self._routes.pop(objfile, None) is not None:
             self._changed(objfile.progspace)
 
-    def on_stop(self) -> None:
-        """Attach the symbol files workers finished while the inferior ran."""
+    def on_stop(self, event: object = None) -> None:
+        """Attach the symbol files workers finished while the inferior ran
+        (at a stop ``event``: and those of workers nearly done,
+        ``Job.result_at_stop``, so that the stop's ``bt`` is gdb's own,
+        tail-call frames included)."""
+        if event is not None:
+            self._held = _held_at(event)
+        if self._held:
+            return
+        if event is not None:
+            for path, job in list(self._jobs.items()):
+                result = job.result_at_stop()
+                if result is not None:
+                    # Its posted ``_worker_done`` finds the routes attached.
+                    del self._jobs[path]
+                    self._ready[path] = result
         if not self._ready:
             return
         ready, self._ready = self._ready, {}
@@ -272,12 +290,18 @@ class Routes:
             self._jobs[path] = Job(path, done, function_symbols=False)
         return Route(PENDING, path, "symbol file being made", time.monotonic())
 
+    def on_resume(self) -> None:
+        self._held = False
+
     def _worker_done(self, path: str, result: JobResult) -> None:
         # Run by gdb's event loop (gdb.post_event): nothing may escape.
         try:
             self._jobs.pop(path, None)
-            if _running():
+            if self._held or _running():
                 self._ready[path] = result  # attached at the next stop
+                for objfile, route in list(self.routes()):
+                    if route.kind == PENDING and route.path == path and self._held:
+                        self._routes[objfile] = route._replace(detail=HELD)
                 return
             self._finish(path, result)
         except Exception as exc:  # noqa: BLE001 - never a traceback in gdb
@@ -304,6 +328,22 @@ class Routes:
         for job in self._jobs.values():
             job.cancel()
         self._jobs.clear()
+
+
+def _held_at(event: object) -> bool:
+    """Is this a stop at a breakpoint of several locations? An objfile given
+    a separate debug file makes gdb (13 to 18) set its breakpoints again, and
+    the stop's record of such a breakpoint then names a location that is
+    gone: ``warning: location number not found for breakpoint 1 address
+    0x...`` after every command until the program goes on, where the twin's
+    session says nothing. The symbol file is attached at the next stop."""
+    for breakpoint in getattr(event, "breakpoints", None) or ():
+        try:
+            if len(breakpoint.locations) > 1:
+                return True
+        except (AttributeError, RuntimeError, gdb.error):
+            continue  # gdb without Breakpoint.locations: no location numbers either
+    return False
 
 
 def _running() -> bool:

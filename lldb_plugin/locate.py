@@ -28,10 +28,14 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
 import lldb
 
 from sframe_core.base.errors import SFrameError
+
+if TYPE_CHECKING:
+    from sframe_core.symfiles.symfile import ModuleInfo
 
 from .jobs import in_background, start_job
 from .state import (
@@ -41,7 +45,7 @@ from .state import (
     warn_once,
 )
 
-__all__ = ["install", "attached", "supported"]
+__all__ = ["install", "attached", "supported", "start_worker"]
 
 _lock = threading.Lock()
 # e_machine of the ABIs the callback was tested with (x86_64, aarch64). s390x
@@ -66,6 +70,36 @@ def attached(path: str | None) -> str | None:
     return _attached.get(os.path.realpath(path))
 
 
+def _served(info: ModuleInfo) -> bool:
+    """Only the clear case: .sframe and no CFI at all. A module whose
+    .eh_frame covers part of its code is the stop-hook's to judge."""
+    return (info.header[1] in _ROUTE_MACHINES and info.section(".sframe") is not None
+            and info.section(".eh_frame") is None and info.section(".debug_frame") is None)
+
+
+def start_worker(path: str) -> bool:
+    """Start the worker making ``path``'s symbol file now, if one will make
+    it (for ``target create``: LLDB 21 and 22 do not ask the callback for
+    the executable, and its worker would otherwise start at the first stop,
+    too late for that stop to wait for it). Never raises."""
+    from sframe_core.symfiles.symfile import cached_symbol_file, read_module
+
+    try:
+        if not enabled() or not os.path.isfile(path):
+            return False
+        with _lock:
+            info = read_module(path)
+            if not _served(info) or not in_background(path):
+                return False
+            before_entry = not merges_symbol_file_eh_frame()
+            if cached_symbol_file(path, before_entry=before_entry, module=info) is not None:
+                return False
+            start_job(path)
+            return True
+    except Exception:  # noqa: BLE001 - the stop-hook tries again and says why
+        return False
+
+
 def _symbol_file(path: str) -> str | None:
     """Our symbol file for ``path`` when LLDB would have no CFI for its code, else None.
 
@@ -84,10 +118,7 @@ def _symbol_file(path: str) -> str | None:
         return _decided[key]
     info = read_module(path)
     made = None
-    # Only the clear case: .sframe and no CFI at all. A module whose
-    # .eh_frame covers part of its code is the stop-hook's to judge.
-    if (info.header[1] in _ROUTE_MACHINES and info.section(".sframe") is not None
-            and info.section(".eh_frame") is None and info.section(".debug_frame") is None):
+    if _served(info):
         before_entry = not merges_symbol_file_eh_frame()
         result = cached_symbol_file(path, before_entry=before_entry, module=info)
         if result is None:

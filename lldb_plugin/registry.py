@@ -17,8 +17,11 @@ the way.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import time
+from collections.abc import Sequence
 
 import lldb
 
@@ -188,7 +191,7 @@ class StopHook:
                 _dummy_hook(target.GetDebugger(), True)
             if target.IsValid():
                 _say_if_stop_reasons_lost(target)
-                symfiles.route_target(target.GetDebugger(), target)
+                symfiles.route_target(target.GetDebugger(), target, at_stop=True)
             if target.IsValid() and target_key(target) not in _ids and _provider_wanted(target):
                 # LLDB 23 runs the new provider at once, inside this hook, where
                 # reading an input frame's registers can hang: pass through then.
@@ -366,7 +369,51 @@ def _override_connect(debugger: lldb.SBDebugger) -> None:
         return
     for command in ("gdb-remote", "process connect"):
         interp.SetCommandOverrideCallback(command, _before_connect)
+    interp.SetCommandOverrideCallback("target create", _before_target_create)  # and 'file'
     _debugger = debugger
+
+
+# ``target create`` options followed by a value (``help target create``).
+_VALUED = frozenset({"-a", "--arch", "-p", "--platform", "-S", "--sysroot", "-c", "--core",
+                     "-l", "--label", "-s", "--symfile", "-r", "--remote-file"})
+
+
+def target_create_path(argv: Sequence[str]) -> str | None:
+    """The local executable ``target create ARGS`` names, or None (none, or
+    one on another platform: ``-p``, ``-r``)."""
+    words = list(argv)[2:]
+    path = None
+    while words:
+        word = words.pop(0)
+        if word == "--":
+            path = words[0] if words else None
+            break
+        if word.startswith("-") and len(word) > 1:
+            name = word.split("=", 1)[0]
+            if name in ("-p", "--platform", "-r", "--remote-file"):
+                return None
+            if name in _VALUED and "=" not in word and len(word) == len(name) and words:
+                words.pop(0)
+            continue
+        path = word
+        break
+    if not path:
+        return None
+    path = os.path.expanduser(path)
+    return os.path.abspath(path) if os.path.isfile(path) else shutil.which(path)
+
+
+def _before_target_create(*argv: str) -> bool:
+    """Start the executable's worker as the target is created (``locate.start_worker``),
+    so that it may be done, or nearly, at the first stop. Returns False: LLDB
+    then runs the command as always."""
+    try:
+        path = target_create_path(argv)
+        if path is not None:
+            locate.start_worker(path)
+    except Exception as exc:  # noqa: BLE001 - one line; the command runs as always
+        warn(f"before {' '.join(argv)}: {type(exc).__name__}: {exc}")
+    return False
 
 
 def _provider_wanted(target: lldb.SBTarget) -> bool:

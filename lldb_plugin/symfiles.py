@@ -43,7 +43,7 @@ import lldb
 
 from sframe_core.base.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X
 from sframe_core.base.errors import SFrameError
-from sframe_core.symfiles.jobs import JobResult
+from sframe_core.symfiles.jobs import Job, JobResult
 
 from . import locate
 from .jobs import in_background, job_for, start_job
@@ -151,7 +151,8 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule) -> Route:
+def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule,
+         at_stop: bool) -> Route:
     name = _name(module)
     path = module.GetFileSpec().fullpath
     if not path or not os.path.isfile(path):
@@ -165,7 +166,7 @@ def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule
                      "information is replaced (LLDB 21); left to LLDB's own unwinder, "
                      "'sframe bt' works", False)
     try:
-        symbol_file = _now_or_later(target, path)
+        symbol_file = _now_or_later(target, path, at_stop)
     except (SFrameError, OSError, ValueError) as exc:
         return Route(FAILED, name, str(exc) or type(exc).__name__)
     if symbol_file is None:
@@ -191,7 +192,12 @@ def _job_file(result: JobResult) -> str:
     return result.path
 
 
-def _now_or_later(target: lldb.SBTarget, path: str) -> str | None:
+def _result(job: Job, at_stop: bool) -> JobResult | None:
+    """The worker's result, if it is done (or nearly done at a stop: ``Job.result_at_stop``)."""
+    return job.result_at_stop() if at_stop else job.result
+
+
+def _now_or_later(target: lldb.SBTarget, path: str, at_stop: bool) -> str | None:
     """The symbol file to add now, or None: a worker makes it, the provider serves meanwhile."""
     from sframe_core.symfiles.symfile import cached_symbol_file
     cached = cached_symbol_file(path, before_entry=not merges_symbol_file_eh_frame())
@@ -207,15 +213,16 @@ def _now_or_later(target: lldb.SBTarget, path: str) -> str | None:
         job = start_job(path)
     if not serves:
         return _job_file(job.wait())
-    return None if job.result is None else _job_file(job.result)
+    result = _result(job, at_stop)
+    return None if result is None else _job_file(result)
 
 
 def _pending(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule,
-             old: Route) -> Route:
+             old: Route, at_stop: bool) -> Route:
     """A pending module at a later stop: its file added, or still the provider's."""
     path = module.GetFileSpec().fullpath or ""
     job = job_for(path)
-    result = job.result if job is not None else None
+    result = _result(job, at_stop) if job is not None else None
     if result is None:
         return old
     try:
@@ -242,8 +249,10 @@ def _symbols_add(debugger: lldb.SBDebugger, target: lldb.SBTarget, path: str, na
     return Route(NATIVE, name, symbol_file)
 
 
-def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> list[Route]:
-    """Add symbol files for the target's modules not seen yet; the new routes."""
+def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget, *,
+                 at_stop: bool = False) -> list[Route]:
+    """Add symbol files for the target's modules not seen yet; the new routes
+    (``at_stop``: from the stop-hook, where a nearly done worker is waited for)."""
     if not enabled() or target is None or not target.IsValid():
         return []
     seen = _routes.setdefault(target_key(target), {})
@@ -252,7 +261,7 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> list[Route
         key = _module_key(module)
         old = seen.get(key)
         if old is not None and old.kind == PENDING:
-            route = _pending(debugger, target, module, old)
+            route = _pending(debugger, target, module, old, at_stop)
             if route is not old:
                 seen[key] = route
                 new.append(route)
@@ -282,7 +291,7 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> list[Route
                 seen[key] = route
                 new.append(route)
                 continue
-            route = _add(debugger, target, module)
+            route = _add(debugger, target, module, at_stop)
         except Exception as exc:  # noqa: BLE001 - one line, LLDB keeps working
             route = Route(FAILED, _name(module), f"{type(exc).__name__}: {exc}")
         seen[key] = route

@@ -199,7 +199,8 @@ def test_large_module_served_until_its_symbol_file_is_ready(gdb_path: str,
         g.cmd("break luaV_finishget")
         g.cmd(f"run {script}")
         twin = parse_bt(g.cmd("bt"))
-    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "SFRAME_STOP_WAIT_SECONDS": "0"}  # never wait for the worker at a stop
     with Gdb(gdb_path, symbol_files="auto", env=env, args=[str(program)]) as g:
         assert "until its symbol file is ready (being made for" in g.cmd("info sframe")
         g.cmd("break luaV_finishget")
@@ -220,6 +221,34 @@ def test_large_module_served_until_its_symbol_file_is_ready(gdb_path: str,
                                                                / "symbols"))
     with Gdb(gdb_path, symbol_files="auto", env=env, args=[str(program)]) as g:
         assert "unwound by gdb's DWARF unwinder from the symbol file" in g.cmd("info sframe")
+
+
+def test_nearly_done_worker_is_waited_for_at_the_stop(gdb_path: str, tmp_path: Path) -> None:
+    """lua5.4 -O2 -g (705 FDEs: a worker by default), ``break luaV_finishget``
+    before ``run``: a worker expected to be done soon after the stop is
+    waited for there (``SFRAME_STOP_WAIT_SECONDS``, large here so that it
+    always is), so the first stop is gdb's own from the symbol file: the
+    twin's backtrace and ``info frame`` (its saved registers) exactly."""
+    for which, name in (("twin", "lua5.4"), ("noeh", "lua5.4.noeh")):
+        (tmp_path / which).mkdir()  # paths of one length: the same stack addresses
+        shutil.copy(need(LUA / name), tmp_path / which / "lua5.4")
+    commands = ["break luaV_finishget", f"run {LUA.parent / 'deep.lua'} > /dev/null", "bt",
+                "frame 2", "info frame"]
+
+    def session(which: str, env: dict[str, str] | None = None) -> list[str]:
+        with Gdb(gdb_path, plugin=which == "noeh", env=env, symbol_files="auto",
+                 args=[str(tmp_path / which / "lua5.4")]) as g:
+            outs = [_normal(g.cmd(c), "lua5.4") for c in commands]
+            return outs + [g.cmd("info sframe")] if which == "noeh" else outs
+
+    # The same environment for both: the program's stack addresses depend on it.
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "SFRAME_STOP_WAIT_SECONDS": "120"}
+    twin = session("twin", env)
+    assert "Breakpoint 1, luaV_finishget" in twin[1] and "Saved registers:" in twin[4], twin
+    ours = session("noeh", env)
+    _no_python_errors("\n".join(ours))
+    assert ours[:-1] == twin
+    assert "unwound by gdb's DWARF unwinder from the symbol file" in ours[-1], ours[-1]
 
 
 def test_core_file(gdb_path: str, sessions: Path) -> None:

@@ -593,7 +593,8 @@ def test_module_served_until_its_symbol_file_is_ready(version: str, tmp_path: Pa
     want = _full(command_output(_launch(version, twin, twin, ["bt"], plugin=False), "bt"),
                  binary.name, twin.name)
     assert len(want) >= 6, want
-    env = {**_env(tmp_path), "SFRAME_LLDB_SYMBOL_FILES": "auto", "SFRAME_FOREGROUND_FDES": "1"}
+    env = {**_env(tmp_path), "SFRAME_LLDB_SYMBOL_FILES": "auto", "SFRAME_FOREGROUND_FDES": "1",
+           "SFRAME_STOP_WAIT_SECONDS": "0"}  # never wait for the worker at a stop
     session = Session(version, env=env, timeout=300)
     try:
         for command in (f"target create {binary}", break_command(binary, twin), "process launch"):
@@ -641,7 +642,8 @@ def test_large_debug_info_module_late_add(version: str, tmp_path: Path) -> None:
     want_buff = fields.findall(command_output(twin_out, "frame variable buff"))
     assert len(want) == 8 and any("[inlined]" in f[2] for f in want) and len(want_buff) == 3, \
         twin_out
-    env = {**_env(tmp_path), "SFRAME_LLDB_SYMBOL_FILES": "auto"}
+    env = {**_env(tmp_path), "SFRAME_LLDB_SYMBOL_FILES": "auto",
+           "SFRAME_STOP_WAIT_SECONDS": "0"}  # never wait for the worker at a stop
     session = Session(version, env=env, timeout=300)
     try:
         for command in (f"target create {binary}", "b luaV_concat", launch):
@@ -667,6 +669,31 @@ def test_large_debug_info_module_late_add(version: str, tmp_path: Path) -> None:
                              "frame variable buff", "sframe status"], env=env)
     assert f"{binary.name}: LLDB's own unwinder" in command_output(out, "sframe status"), out
     assert fields.findall(command_output(out, "frame variable buff")) == want_buff, out
+
+
+@pytest.mark.parametrize("version", ["22", "23"])
+def test_nearly_done_worker_is_waited_for_at_the_stop(version: str, tmp_path: Path) -> None:
+    """lua5.4 -O2 -g (705 FDEs: a worker by default), ``b luaV_concat`` before
+    ``run``: a worker expected to be done soon after the stop is waited for
+    there (``SFRAME_STOP_WAIT_SECONDS``, large here so it always is), so the
+    first ``bt`` is LLDB's own from the symbol file: the twin's whole
+    backtrace, its tail-call frame included (the provider has none), and the
+    caller's variables."""
+    binary, twin = _need(LUA / "busid-v3" / "lua5.4.noeh"), _need(LUA / "busid-v3" / "lua5.4")
+    launch = f"process launch -o /dev/null -- -E {LUA / 'deep.lua'}"
+    commands = ["b luaV_concat", launch, "bt", "frame select 3", "frame variable buff"]
+    twin_out = run_lldb(version, [f"target create {twin}", *commands], plugin=False)
+    want = _full(command_output(twin_out, "bt"), binary.name, twin.name)
+    fields = re.compile(r"^\s*(L|pushed|blen) = (.*)$", re.M)  # not its bytes: the stack's own
+    want_buff = fields.findall(command_output(twin_out, "frame variable buff"))
+    assert any("[artificial]" in f[2] for f in want) and len(want_buff) == 3, twin_out
+    env = {**_env(tmp_path), "SFRAME_LLDB_SYMBOL_FILES": "auto", "SFRAME_STOP_WAIT_SECONDS": "120"}
+    out = run_lldb(version, [f"target create {binary}", *commands, "sframe status"], env=env)
+    assert "Traceback" not in out, out
+    bt = command_output(out, "bt")
+    assert "[synthetic]" not in bt and _full(bt, binary.name, twin.name) == want, out
+    assert fields.findall(command_output(out, "frame variable buff")) == want_buff, out
+    assert f"{binary.name}: LLDB's own unwinder" in command_output(out, "sframe status"), out
 
 
 @pytest.mark.parametrize("version", ["22", "23"])

@@ -32,8 +32,8 @@ import os
 import stat
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple, TypeVar
 
 from ..base.abi import AMD64
 from ..base.errors import FileError, FormatError, SFrameError
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from ..dwarf.debug_frame import Encoded, Function
     from ..format.section import SFrameSection
     from .analysis_store import AnalysisStore, StoreKept
+
+_T = TypeVar("_T")
 
 # tempfile (with shutil, random and the compressors shutil imports), the
 # .debug_frame writer (with the SFrame decoder) and the module table are
@@ -636,7 +638,26 @@ def _store(section: SFrameSection, store_file: str | None) -> AnalysisStore | No
     return store
 
 
-def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None) -> _Frames:
+# Told how far the FDEs are (done, of): a worker's progress, for the
+# debugger deciding whether to wait for it (``jobs.Job.remaining``).
+Progress = Callable[[int, int], None]
+# FDEs between two reports in-process (parts report as they come back).
+_PROGRESS_FDES = 64
+
+
+def _reporting(items: Iterable[_T], total: int, progress: Progress | None) -> Iterator[_T]:
+    """``items`` (one per FDE, in order), telling ``progress`` every ``_PROGRESS_FDES``."""
+    if progress is None:
+        yield from items
+        return
+    for done, item in enumerate(items, 1):
+        yield item
+        if done % _PROGRESS_FDES == 0 and done < total:
+            progress(done, total)
+
+
+def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None,
+           progress: Progress | None = None) -> _Frames:
     """The symbol file's ``.debug_frame``: the SFrame functions as FDEs (and
     its ``.eh_frame``: ``_entry_eh_frame``).
 
@@ -649,6 +670,7 @@ def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None) -> _Frames
     branches are known (``_with_parts``). ``store_file``: where the
     analysis results of the module's last build are kept (``analysis_store``):
     read before, written after; the same bytes with it or without.
+    ``progress``: told how many FDEs are done as they are.
     """
     from ..analysis.parts import Collector
     from ..dwarf.debug_frame import assemble, encoded, entry_function, functions
@@ -679,10 +701,11 @@ def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None) -> _Frames
         if gap is not None:
             extra.append(entry_function(gap, gap + 1))
         if jobs > 1 and section.num_fdes >= PARALLEL_MIN_FDES:
-            items, exits = _parallel(path, section, covered, jobs, store)
+            items, exits = _parallel(path, section, covered, jobs, store, progress)
         else:
             collector = Collector(section)
-            items = list(encoded(_uncovered(functions(section, collector.rows), covered), arch))
+            made = _reporting(functions(section, collector.rows), section.num_fdes, progress)
+            items = list(encoded(_uncovered(made, covered), arch))
             exits = collector.exits
         if info.elf_type in ("ET_EXEC", "ET_DYN"):  # a .o's sections all start at 0
             items = _with_parts(section, exits, items, covered,
@@ -843,7 +866,8 @@ def _encode_fdes(section: SFrameSection, fdes: range,
 
 
 def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
-              jobs: int, store: AnalysisStore | None = None) -> tuple[list[Encoded], Exits]:
+              jobs: int, store: AnalysisStore | None = None,
+              progress: Progress | None = None) -> tuple[list[Encoded], Exits]:
     """Every FDE of ``section`` encoded by worker processes, in FDE order, and
     their branches out (merged: the parent makes the parts entered by jumps
     again itself, ``_with_parts``, as in-process).
@@ -871,14 +895,17 @@ def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
     # re-import per worker; else spawn, which is safe with threads.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() \
         and threading.active_count() == 1 else "spawn"
-    results: list[tuple[list[Encoded], Exits, StoreKept] | None]
+    results: list[tuple[list[Encoded], Exits, StoreKept] | None] = []
     store_file = None if store is None else store.path
     try:
         with ProcessPoolExecutor(min(jobs, len(parts)),
                                  mp_context=multiprocessing.get_context(method)) as pool:
-            results = list(pool.map(_encode_part, [path] * len(parts), parts,
-                                    [covered] * len(parts), [saved] * len(parts),
-                                    [store_file] * len(parts)))
+            for result in pool.map(_encode_part, [path] * len(parts), parts,
+                                   [covered] * len(parts), [saved] * len(parts),
+                                   [store_file] * len(parts)):
+                results.append(result)
+                if progress is not None and len(results) < len(parts):
+                    progress(parts[len(results) - 1].stop, count)
     except (OSError, BrokenProcessPool, RuntimeError, ImportError):
         results = [None] * len(parts)
     items: list[Encoded] = []
@@ -1084,7 +1111,8 @@ def cached_symbol_file(path: str, *, cache: str | None = None,
 def symbol_file_for(path: str, *, cache: str | None = None,
                     debug_roots: Iterable[str] = DEBUG_ROOTS,
                     function_symbols: bool = True, before_entry: bool = False,
-                    jobs: int = 1, module: ModuleInfo | None = None) -> SymbolFile:
+                    jobs: int = 1, module: ModuleInfo | None = None,
+                    progress: Progress | None = None) -> SymbolFile:
     """The cached symbol file for module ``path``, generated if it is not there yet.
 
     A cache hit reads the module's headers and hashes its ``.sframe``, nothing
@@ -1095,7 +1123,7 @@ def symbol_file_for(path: str, *, cache: str | None = None,
     unnamed symbol and an FDE (``_before_entry``), a file of its own. ``jobs``
     as in ``write_symbol_file`` (never above 1 from a debugger's own Python:
     it would fork the debugger; ``symjobs`` runs a worker process instead).
-    ``module`` as in ``cached_symbol_file``.
+    ``module`` as in ``cached_symbol_file``; ``progress`` as in ``_frame``.
 
     :raises SFrameError: one line naming the file and what is wrong (not ELF,
         no ``.sframe``, corrupt ``.sframe``, nowhere to write); nothing is
@@ -1106,7 +1134,7 @@ def symbol_file_for(path: str, *, cache: str | None = None,
     if _cached(target):
         symcache.touch(target)  # its "last used" time, for pruning
         return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
-    frame = _frame(plan, jobs, _store_file(plan, directory))
+    frame = _frame(plan, jobs, _store_file(plan, directory), progress)
     try:
         _write_atomically(target, plan, frame)
     except OSError as exc:
