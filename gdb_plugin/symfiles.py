@@ -181,13 +181,12 @@ class Routes:
             self._held = _held_at(event)
         if self._held:
             return
-        if event is not None:
-            for path, job in list(self._jobs.items()):
-                result = job.result_at_stop()
-                if result is not None:
-                    # Its posted ``_worker_done`` finds the routes attached.
-                    del self._jobs[path]
-                    self._ready[path] = result
+        for path, job in list(self._jobs.items()) if event is not None else ():
+            result = job.result_at_stop()
+            if result is not None:
+                # Its posted ``_worker_done`` finds the routes attached.
+                del self._jobs[path]
+                self._ready[path] = result
         if not self._ready:
             return
         ready, self._ready = self._ready, {}
@@ -299,9 +298,10 @@ class Routes:
             self._jobs.pop(path, None)
             if self._held or _running():
                 self._ready[path] = result  # attached at the next stop
-                for objfile, route in list(self.routes()):
-                    if route.kind == PENDING and route.path == path and self._held:
-                        self._routes[objfile] = route._replace(detail=HELD)
+                if self._held:
+                    for objfile, route in list(self.routes()):
+                        if route.kind == PENDING and route.path == path:
+                            self._routes[objfile] = route._replace(detail=HELD)
                 return
             self._finish(path, result)
         except Exception as exc:  # noqa: BLE001 - never a traceback in gdb

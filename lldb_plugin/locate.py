@@ -34,9 +34,6 @@ import lldb
 
 from sframe_core.base.errors import SFrameError
 
-if TYPE_CHECKING:
-    from sframe_core.symfiles.symfile import ModuleInfo
-
 from .jobs import in_background, start_job
 from .state import (
     enabled,
@@ -44,6 +41,9 @@ from .state import (
     merges_symbol_file_eh_frame,
     warn_once,
 )
+
+if TYPE_CHECKING:
+    from sframe_core.symfiles.symfile import ModuleInfo
 
 __all__ = ["install", "attached", "supported", "start_worker"]
 

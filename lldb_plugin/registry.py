@@ -392,7 +392,7 @@ def target_create_path(argv: Sequence[str]) -> str | None:
             name = word.split("=", 1)[0]
             if name in ("-p", "--platform", "-r", "--remote-file"):
                 return None
-            if name in _VALUED and "=" not in word and len(word) == len(name) and words:
+            if name in _VALUED and "=" not in word and words:
                 words.pop(0)
             continue
         path = word

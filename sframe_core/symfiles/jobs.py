@@ -287,8 +287,7 @@ class Job:
         for at every stop); None: the adapter's own unwinder serves."""
         if self.result is None and not self._waited_at_stop:
             wait = stop_wait()
-            remaining = self.remaining() if wait > 0 else wait + 1
-            if remaining <= wait:
+            if wait > 0 and (remaining := self.remaining()) <= wait:
                 self._waited_at_stop = True
                 return self.result_within(min(2 * remaining + 0.1, 2 * wait))
         return self.result
