@@ -43,7 +43,7 @@ from .state import (
 )
 
 if TYPE_CHECKING:
-    from sframe_core.symfiles.symfile import ModuleInfo
+    from sframe_core.symfiles.symfile import ModuleInfo, SymbolFile
 
 __all__ = ["install", "attached", "supported", "start_worker"]
 
@@ -82,35 +82,43 @@ def start_worker(path: str) -> bool:
     it (for ``target create``: LLDB 21 and 22 do not ask the callback for
     the executable, and its worker would otherwise start at the first stop,
     too late for that stop to wait for it). Never raises."""
-    from sframe_core.symfiles.symfile import cached_symbol_file, read_module
+    from sframe_core.symfiles.symfile import read_module
 
     try:
         if not enabled() or not os.path.isfile(path):
             return False
         with _lock:
             info = read_module(path)
-            if not _served(info) or not in_background(path):
-                return False
-            before_entry = not merges_symbol_file_eh_frame()
-            if cached_symbol_file(path, before_entry=before_entry, module=info) is not None:
-                return False
-            start_job(path)
-            return True
+            return _served(info) and _cached_or_started(path, info)[1]
     except Exception:  # noqa: BLE001 - the stop-hook tries again and says why
         return False
+
+
+def _cached_or_started(path: str, info: ModuleInfo) -> tuple[SymbolFile | None, bool]:
+    """(the cached symbol file of a module ``_served``, whether a worker now
+    makes it): a large module without one goes to a worker (``jobs.start_job``)
+    from the moment LLDB knows it. Records nothing: ``target create`` asks
+    this too, for a module the callback may never be asked for."""
+    from sframe_core.symfiles.symfile import cached_symbol_file
+
+    before_entry = not merges_symbol_file_eh_frame()
+    result = cached_symbol_file(path, before_entry=before_entry, module=info)
+    if result is None and in_background(path):
+        start_job(path)
+        return None, True
+    return result, False
 
 
 def _symbol_file(path: str) -> str | None:
     """Our symbol file for ``path`` when LLDB would have no CFI for its code, else None.
 
     A cached file is answered at once, a missing one made at once for a small
-    module; a large one's is left to a worker (``jobs.start_job``, started
-    here: from the moment LLDB knows the module) and None is answered, so
-    LLDB goes on with the module's own file and the stop-hook hands the
-    module to the frame provider until the file is ready.
+    module; a large one's is left to a worker (``_cached_or_started``) and
+    None is answered, so LLDB goes on with the module's own file and the
+    stop-hook hands the module to the frame provider until the file is ready.
     """
     from sframe_core.symfiles.jobs import symbol_file_now
-    from sframe_core.symfiles.symfile import cached_symbol_file, read_module
+    from sframe_core.symfiles.symfile import read_module
 
     st = os.stat(path)
     key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
@@ -119,13 +127,12 @@ def _symbol_file(path: str) -> str | None:
     info = read_module(path)
     made = None
     if _served(info):
-        before_entry = not merges_symbol_file_eh_frame()
-        result = cached_symbol_file(path, before_entry=before_entry, module=info)
+        result, started = _cached_or_started(path, info)
+        if started:
+            return None  # not decided: a later module of that file may find it cached
         if result is None:
-            if in_background(path):
-                start_job(path)
-                return None  # not decided: a later module of that file may find it cached
-            result = symbol_file_now(path, before_entry=before_entry, module=info)
+            result = symbol_file_now(path, before_entry=not merges_symbol_file_eh_frame(),
+                                     module=info)
         if result.warning:
             warn_once(("symfile-warning", result.warning), result.warning)
         if result.debug_source is None or keeps_addresses_when_debug_info_is_replaced():

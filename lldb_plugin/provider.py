@@ -31,7 +31,7 @@ from sframe_core.targets.backtrace import describe_stop
 from sframe_core.unwind.step import MAX_FRAMES, NORMAL_ENDS, OUTERMOST_ENDS, Frame, Stop, StopReason, walk
 
 from . import state
-from .state import target_key, warn_once
+from .state import remember, target_key, warn_once
 from .target import INVALID, frame_registers, info_for, process_memory
 
 __all__ = ["SFrameFrameProvider", "CallerFrame", "CLASS_NAME", "registration_args",
@@ -209,7 +209,8 @@ class SFrameFrameProvider(ScriptedFrameProvider):
                 frames.append(frame)
         finally:
             state.in_stop_hook = hooked
-        _precomputed[(str(target_key(target)), thread.GetThreadID())] = tuple(frames)
+        remember(_precomputed, (str(target_key(target)), thread.GetThreadID()), tuple(frames),
+                 lambda key: key[0])
         return [thread.GetFrameAtIndex(f).GetPC() if isinstance(f, int) else f.pc
                 for f in frames]
 

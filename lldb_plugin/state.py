@@ -13,14 +13,18 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 import lldb
 
 __all__ = ["target_key", "warn", "warn_once", "Route", "NATIVE", "FAILED", "PROVIDER", "PENDING",
            "ENV", "SETTING_ENV", "enabled", "routes", "is_native",
            "keeps_addresses_when_debug_info_is_replaced", "late_add_keeps_types",
-           "providers_supported", "in_stop_hook"]
+           "providers_supported", "in_stop_hook", "remember", "TARGETS_KEPT"]
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 _reported: set[object] = set()
 
@@ -30,6 +34,29 @@ def target_key(target: lldb.SBTarget) -> object:
     if hasattr(target, "GetGloballyUniqueID"):
         return target.GetGloballyUniqueID()
     return target.GetExecutable().fullpath
+
+
+# The targets whose module tables and core frames are kept (``remember``).
+TARGETS_KEPT = 8
+
+
+def remember(cache: dict[K, V], key: K, value: V,
+             target_of: Callable[[K], object] = lambda key: key) -> None:
+    """``cache[key] = value``, keeping the entries of the ``TARGETS_KEPT``
+    targets stored to last: a deleted target's entries (decoded SFrame
+    sections, a core's frames) go in time. No lock-free SB call tells that a
+    target was deleted; a live target's evicted entry is only made again."""
+    cache.pop(key, None)
+    cache[key] = value
+    recent: list[object] = []
+    for k in reversed(cache):
+        target = target_of(k)
+        if target not in recent:
+            recent.append(target)
+    if len(recent) > TARGETS_KEPT:
+        old = recent[TARGETS_KEPT:]
+        for k in [k for k in cache if target_of(k) in old]:
+            del cache[k]
 
 
 def warn(text: str) -> None:

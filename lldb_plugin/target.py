@@ -21,7 +21,7 @@ from sframe_core.targets.modules import Module, ModuleTable
 from sframe_core.unwind.addresses import AddressMap, Region, name_stacks
 from sframe_core.unwind.step import Frame
 
-from .state import is_native, routes, target_key, warn_once
+from .state import is_native, remember, routes, target_key, warn_once
 
 __all__ = ["TargetInfo", "process_memory", "info_for", "frame_registers", "arch_for_triple", "INVALID",
            "is_core", "is_live_remote"]
@@ -209,7 +209,7 @@ def info_for(target: lldb.SBTarget) -> TargetInfo:
     if hit is not None and hit[0] == sig:
         return hit[1]
     info = TargetInfo(target)
-    _cache[key] = (sig, info)
+    remember(_cache, key, (sig, info))
     return info
 
 

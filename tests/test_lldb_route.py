@@ -233,11 +233,20 @@ def test_core_target_delete_and_create_again(version: str, route: str, cores: di
     load = f"target create {binary} --core {cores[binary.name]}"
     cycles = [command for _ in range(10) for command in (load, "target delete")]
     serial = [SERIAL_MODULE_LOAD] if version == "23" else []
-    out, status = run_lldb_status(version, [*serial, *cycles, load, "bt"], python_stacks=True,
+    # What the plugin keeps of the deleted targets: at most state.TARGETS_KEPT
+    # targets' module tables and core frames (21 imports no provider), for
+    # eleven targets made.
+    kept = ("script import sys; t = sys.modules['lldb_plugin.target']; "
+            "p = getattr(sys.modules.get('lldb_plugin.provider'), '_precomputed', {}); "
+            "print('kept', len(t._cache), len({k[0] for k in p}))")
+    out, status = run_lldb_status(version, [*serial, *cycles, load, "bt", kept],
+                                  python_stacks=True,
                                   env={**_env(tmp_path), "SFRAME_LLDB_ROUTE": route})
     assert status == 0, out[-3000:]
     assert "Traceback" not in out
     assert out.count("1 targets deleted.") == 10, out[-3000:]
+    tables, cores_kept = map(int, re.search(r"^kept (\d+) (\d+)$", out, re.M).groups())
+    assert tables <= 8 and cores_kept <= 8, out[-3000:]
     frames = parse_bt(command_output(out, "bt"))
     assert frames and frames[0].name == "__pthread_kill_implementation", out[-3000:]
     # Whole stacks where a route serves cores: the native one, or the provider
