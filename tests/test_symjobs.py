@@ -10,6 +10,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from helpers import need
 from helpers.gdbtools import fixture
+from helpers.realprogs import DIR as REALPROGS
 
 from sframe_core.base.errors import SFrameError
 from sframe_core.symfiles.jobs import Job, JobResult, worker_python
@@ -152,3 +153,41 @@ def test_waited_for_file_without_a_worker_is_made_here(
         symbol_file_for(str(bogus))
     assert str(raised.value) == str(plain.value)
     assert str(raised.value).startswith(str(bogus)) and "\n" not in str(raised.value)
+
+
+LUA = REALPROGS / "lua5.4" / "busid-v3" / "lua5.4.noeh"
+
+
+@pytest.mark.parametrize("jobs,reports", [
+    (1, list(range(64, 705, 64))),  # in-process: every 64 FDEs
+    (2, [128, 256, 384, 512, 640]),  # parts of 128 FDEs, as each comes back in order
+])
+def test_progress_is_told_from_the_start_of_the_fdes(tmp_path: Path, jobs: int,
+                                                     reports: list[int]) -> None:
+    """A worker tells when its FDEs' work begins (0), then how far it is:
+    ``Job.remaining`` times the pace from that moment, not from the
+    worker's start-up (lua5.4's 705 FDEs, -O2 -g)."""
+    told: list[tuple[int, int]] = []
+    symbol_file_for(str(need(LUA)), cache=str(tmp_path), jobs=jobs,
+                    progress=lambda done, of: told.append((done, of)))
+    assert told == [(0, 705)] + [(done, 705) for done in reports]
+
+
+def test_remaining_is_the_pace_since_the_fdes_began(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sframe_core.symfiles import jobs
+
+    job = Job.__new__(Job)
+    job.path, job.result, job._expected = str(need(LUA)), None, None
+    job.started, job._begun, job._progress = 100.0, None, None
+    monkeypatch.setattr(jobs.time, "monotonic", lambda: 100.2)
+    # Before any report: the estimate from the size of the code, from the start.
+    expected = jobs._expected_seconds(job.path)
+    assert job.remaining() == pytest.approx(100.0 + expected - 100.2)
+    # Begun at 100.3 (start-up over): the estimate without its start-up, from then.
+    job._begun = 100.3
+    monkeypatch.setattr(jobs.time, "monotonic", lambda: 100.35)
+    assert job.remaining() == pytest.approx(100.3 + expected - jobs.WORKER_START_SECONDS - 100.35)
+    # 128 of 705 done 0.1 s after the FDEs began, asked 0.05 s later.
+    job._progress = (128, 705, 100.4)
+    monkeypatch.setattr(jobs.time, "monotonic", lambda: 100.45)
+    assert job.remaining() == pytest.approx(0.1 * 577 / 128 - 0.05)

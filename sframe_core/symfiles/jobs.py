@@ -54,11 +54,13 @@ NICE = 10
 # A worker's progress line: ``progress DONE OF`` (FDEs), before its JSON line.
 PROGRESS = "progress"
 # What a worker's symbol file costs (``Job.remaining``, until the worker
-# reports its progress): its start-up (Python and imports) and the CPU per
-# byte of code with the saved-register analysis (on the 2-CPU test machine:
-# lua5.4's 181 KB, 2.0 to 2.8 s of CPU; the generated programs about half).
-WORKER_START_SECONDS = 0.3
-SECONDS_PER_CODE_BYTE = 1.3e-5
+# reports its progress): its start-up (Python and imports, until its
+# ``progress 0``) and the seconds of one CPU per byte of code with the
+# saved-register analysis, real code (the 2-CPU test machine, 3 December
+# 2026: lua5.4's 181 KB, the worker 0.67 s wall on two CPUs, 0.09 s of it
+# start-up; generated programs about half as much per byte).
+WORKER_START_SECONDS = 0.1
+SECONDS_PER_CODE_BYTE = 6.5e-6
 # A worker expected to be done within this long is waited for at a stop
 # (``Job.result_at_stop``: once per worker, for at most twice as long): its
 # file then serves the stop's ``bt`` with the debugger's own frames, as on
@@ -218,6 +220,7 @@ class Job:
         self.started = time.monotonic()
         self._expected: float | None = None
         self._progress: tuple[int, int, float] | None = None  # done, of, when
+        self._begun: float | None = None  # when the worker began the FDEs (``progress 0``)
         self._waited_at_stop = False
         self._on_done = on_done
         self._process: subprocess.Popen[bytes] | None = None
@@ -267,11 +270,17 @@ class Job:
             return 0.0
         now = time.monotonic()
         progress = self._progress
+        begun = self.started if self._begun is None else self._begun
         if progress is not None:
+            # The pace since the FDEs began, not since the start-up (a
+            # tenth of lua5.4's FDEs are done 0.3 s after the worker starts,
+            # all of it start-up).
             done, of, when = progress
-            return max(0.0, (when - self.started) * (of - done) / done - (now - when))
+            return max(0.0, (when - begun) * (of - done) / done - (now - when))
         if self._expected is None:
             self._expected = _expected_seconds(self.path)
+        if self._begun is not None:
+            return max(0.0, begun + self._expected - WORKER_START_SECONDS - now)
         return max(0.0, self.started + self._expected - now)
 
     def result_within(self, seconds: float) -> JobResult | None:
@@ -314,7 +323,9 @@ class Job:
         last = b""
         for line in process.stdout:
             report = _progress_report(line)
-            if report is not None:
+            if report is not None and report[0] == 0:
+                self._begun = time.monotonic()
+            elif report is not None:
                 self._progress = (*report, time.monotonic())
             elif line.strip():
                 last = line
@@ -335,10 +346,11 @@ class Job:
 
 
 def _progress_report(line: bytes) -> tuple[int, int] | None:
-    """(done, of) from a worker's progress line (``PROGRESS``), else None."""
+    """(done, of) from a worker's progress line (``PROGRESS``; done 0: the
+    FDEs' work begins), else None."""
     words = line.split()
     if len(words) == 3 and words[0] == PROGRESS.encode() and words[1].isdigit() \
-            and words[2].isdigit() and 0 < int(words[1]) < int(words[2]):
+            and words[2].isdigit() and 0 <= int(words[1]) < int(words[2]):
         return int(words[1]), int(words[2])
     return None
 

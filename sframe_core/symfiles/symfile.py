@@ -670,7 +670,7 @@ def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None,
     branches are known (``_with_parts``). ``store_file``: where the
     analysis results of the module's last build are kept (``analysis_store``):
     read before, written after; the same bytes with it or without.
-    ``progress``: told how many FDEs are done as they are.
+    ``progress``: told how many FDEs are done as they are (0 as their work begins).
     """
     from ..analysis.parts import Collector
     from ..dwarf.debug_frame import assemble, encoded, entry_function, functions
@@ -700,6 +700,8 @@ def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None,
         gap = _before_entry(plan, info, section, covered) if eh else None
         if gap is not None:
             extra.append(entry_function(gap, gap + 1))
+        if progress is not None:
+            progress(0, section.num_fdes)  # the FDEs' work begins: its pace is timed from here
         if jobs > 1 and section.num_fdes >= PARALLEL_MIN_FDES:
             items, exits = _parallel(path, section, covered, jobs, store, progress)
         else:
