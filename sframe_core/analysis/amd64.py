@@ -4,6 +4,7 @@ the indirect jumps whose targets the code says (jump tables, computed gotos).
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from .effects import (
     Store,
     _Decoder,
     _imm,
+    _new,
     _reaches,
 )
 
@@ -40,12 +42,45 @@ def _amd64_regs() -> dict[str, int]:
 
 
 _X86_NAMES = _amd64_regs()
+_NONE: frozenset[int] = frozenset()
 _RSP, _RBP = 7, 6
 _X86_STOPS = {"ud2", "ud1", "ud0", "hlt", "int3"}
 # Stores whose extent the operand size does not give (string stores go
 # through rdi, a base the analysis never follows, so they need no entry).
 _X86_UNSIZED = ("xsave", "fxsave", "fnsave", "fsave", "fnstenv", "fstenv", "xsaveopt", "xsavec",
                 "xsaves", "vscatter", "vpscatter")
+
+
+# Instructions that write only their first operand and the flags (or
+# nothing but the flags), never SP or a callee-saved register implicitly and
+# never a branch (``AMD64._quick``): those whose text names none of the
+# registers the analysis follows change nothing it tracks.
+_X86_PLAIN = frozenset((
+    "mov movabs movzx movsx movsxd lea nop add sub adc sbb and or xor cmp test neg not inc dec "
+    "shl shr sar rol ror imul bt bsf bsr tzcnt lzcnt popcnt bswap "
+    "movss movsd movaps movapd movups movupd movdqa movdqu movd movq movhps movlps movhpd movlpd "
+    "pxor por pand pandn xorps xorpd andps andpd andnps andnpd orps orpd "
+    "addss addsd subss subsd mulss mulsd divss divsd sqrtss sqrtsd minss minsd maxss maxsd "
+    "comiss comisd ucomiss ucomisd cvtsi2ss cvtsi2sd cvtss2sd cvtsd2ss cvttss2si cvttsd2si "
+    "cvtss2si cvtsd2si cvtdq2pd cvtdq2ps cvtps2pd cvtpd2ps unpcklps unpcklpd unpckhpd shufps shufpd "
+    "punpcklbw punpcklwd punpckldq punpcklqdq punpckhqdq pshufd paddd paddq psubd psubq "
+    "pcmpeqb pcmpeqd pmovmskb movmskpd movmskps"
+).split()) | {f"{op}{cc}" for op in ("cmov", "set") for cc in (
+    "o", "no", "b", "ae", "e", "ne", "be", "a", "s", "ns", "p", "np", "l", "ge", "le", "g")}
+# Every spelling of SP, FP and the callee-saved registers, as words of an operand text.
+_X86_FOLLOWED = re.compile(r"\b(?:[re]?[sb]p|[sb]pl|r[bs]x|[re]?bx|b[lh]|r1[2-5][dwb]?)\b")
+# Of those, the ones that write no operand (capstone reports ``test byte ptr
+# [rsp + 0xf], al`` as a store, so a compare through SP or FP is decoded in detail).
+_X86_COMPARES = frozenset("cmp test bt comiss comisd ucomiss ucomisd".split())
+# An address through SP or FP (as base or index).
+_X86_FRAME = re.compile(r"\[[^\]]*\b[re]?[sb]p\b[^\]]*\]")
+# ``MOVE SIZE ptr [rsp|rbp +- DISP], SOURCE``: a store to a frame slot.
+_X86_MOVES = frozenset("mov movq movd movss movsd movups movaps movupd movapd movdqu movdqa".split())
+_X86_SLOT = re.compile(
+    r"(byte|word|dword|qword|xmmword) ptr \[(rsp|rbp)(?: ([+-]) (0x[0-9a-f]+|[0-9]+))?\], ")
+_X86_SIZES = {"byte": 1, "word": 2, "dword": 4, "qword": 8, "xmmword": 16}
+# The callee-saved registers' whole names (a ``mov`` of 8 bytes to one from memory is a load).
+_X86_WHOLE = frozenset(("rbx", "r12", "r13", "r14", "r15"))
 
 
 class AMD64(_Decoder):
@@ -79,6 +114,49 @@ class AMD64(_Decoder):
             yield one(code, address, addr, size, mnem, op_str)
         if pos < end:
             yield None
+
+    def _quick(self, addr: int, size: int, mnem: str, op_str: str) -> Effect | None:
+        """What ``_effect`` gives an instruction of ``_X86_PLAIN``, from its
+        text, where the text settles it: no operand names SP, FP or a
+        callee-saved register; or those it names it only reads, writing a
+        register or memory the analysis does not follow; or it writes one
+        callee-saved register (not loaded whole from memory: a restore);
+        or it moves a value to a frame slot at a constant offset from SP or
+        FP. Never SP or FP written. Most of real code's distinct encodings
+        are such (a PC-relative address, an immediate or a stack offset
+        makes every one distinct); ``test_symfile_speed`` holds it to the
+        detailed decode of every instruction of real programs. None: decode
+        it."""
+        if mnem not in _X86_PLAIN:
+            return None
+        stores: tuple[Store, ...] = ()
+        clobbers = _NONE
+        if _X86_FOLLOWED.search(op_str) is not None:
+            dst, _, src = op_str.partition(", ")
+            frame = _X86_FRAME.search(op_str) is not None
+            reg = _X86_NAMES.get(dst)
+            if mnem in _X86_COMPARES:
+                if frame:
+                    return None
+            elif frame and "[" in dst:
+                slot = _X86_SLOT.match(op_str) if mnem in _X86_MOVES else None
+                if slot is None:
+                    return None
+                width, base, sign, disp = slot.groups()
+                offset = 0 if disp is None else int(disp, 0) * (-1 if sign == "-" else 1)
+                saved = _X86_NAMES.get(src) if width == "qword" and mnem in ("mov", "movq") \
+                    else None
+                stores = (Store(Base.SP if base == "rsp" else Base.FP, offset, _X86_SIZES[width],
+                                saved if saved in self.tracked else None),)
+            elif reg is not None:
+                if reg in (_RSP, _RBP) or (mnem in ("mov", "movq") and "[" in src
+                                           and dst in _X86_WHOLE):
+                    return None
+                clobbers = frozenset((reg,))
+            # else what is written is a register the analysis does not follow,
+            # or memory through another base (not a frame slot: no store)
+        return _new(Effect, (addr, size, Flow.FALL, None, stores, (), clobbers, None, None,
+                             f"{mnem} {op_str}", None, _NONE, ()))
 
     def _effect(self, insn: Any) -> Effect:
         c = self._c
@@ -152,7 +230,9 @@ class AMD64(_Decoder):
             base, disp = self._base(insn, op.mem)
             if mnem == "lea" or mnem.startswith(("nop", "prefetch")):
                 continue
-            written = op.access & 2 or op.access == 0
+            # A move writes its first operand whatever capstone says (5.0.7
+            # reports ``movq qword ptr [rsp + 0x18], xmm0``, 66 0F D6, as a read).
+            written = op.access & 2 or op.access == 0 or (op is ops[0] and mnem in _X86_MOVES)
             if written and base is not Base.OTHER:
                 unsized = mnem.startswith(_X86_UNSIZED) or op.size not in (1, 2, 4, 8, 16, 32, 64)
                 reg = None

@@ -187,7 +187,8 @@ class _Decoder:
                      op_str: str) -> Effect | None:
         """The effect of the instruction ``disasm_lite`` found at ``addr``
         (``code`` starts at ``address``), from ``_memo`` when its bytes were
-        seen before, else decoded in detail once and remembered.
+        seen before, else read from its text where that settles it
+        (``_quick``) or decoded in detail, once, and remembered.
 
         Exactly what decoding it in detail here gives: an instruction's effect
         depends on its bytes alone except for its address, its text (capstone
@@ -223,18 +224,25 @@ class _Decoder:
             if hit is not None:
                 return _new(Effect, (addr, size, hit[2], target, *hit[4:9], f"{mnem} {op_str}",
                                      *hit[10:]))
-        found = None
-        for insn in self._cs.disasm(key, addr, 1):
-            found = insn
-        if found is None or found.size != size:  # pragma: no cover - capstone decodes bytes alike
-            found = next(self._cs.disasm(code[off:], addr, 1))
-        eff = self._effect(found)
+        eff = self._quick(addr, size, mnem, op_str)
+        if eff is None:
+            found = None
+            for insn in self._cs.disasm(key, addr, 1):
+                found = insn
+            if found is None or found.size != size:  # pragma: no cover - capstone decodes alike
+                found = next(self._cs.disasm(code[off:], addr, 1))
+            eff = self._effect(found)
         if len(memo) >= _MEMO_SIZE:
             memo.clear()
         memo[key] = eff
         if target is not None and eff is not None and eff.target == target:
             self._branches[shape] = eff
         return eff
+
+    def _quick(self, addr: int, size: int, mnem: str, op_str: str) -> Effect | None:
+        """The effect an instruction's text alone proves (per ISA), for one
+        that would otherwise be decoded in detail; None: decode it."""
+        return None
 
     def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
         """Effects of the instructions from ``address`` on; None where decoding fails."""
