@@ -191,3 +191,32 @@ def test_remaining_is_the_pace_since_the_fdes_began(monkeypatch: pytest.MonkeyPa
     job._progress = (128, 705, 100.4)
     monkeypatch.setattr(jobs.time, "monotonic", lambda: 100.45)
     assert job.remaining() == pytest.approx(0.1 * 577 / 128 - 0.05)
+
+
+@pytest.mark.parametrize("env,running,bound", [
+    (None, 0.15, 0.15),  # gdb at a small program's first stop: never more than doubled
+    (None, 7.0, 0.5),  # later: STOP_WAIT_SECONDS
+    ("120", 0.15, 120.0),  # the variable: absolute (the tests that always wait)
+    ("0", 7.0, 0.0),  # never wait
+    ("soon", 7.0, 0.5),  # not a number: as unset
+])
+def test_a_stop_waits_no_longer_than_the_debugger_has_run(
+        monkeypatch: pytest.MonkeyPatch, env: str | None, running: float, bound: float) -> None:
+    from sframe_core.symfiles import jobs
+
+    if env is None:
+        monkeypatch.delenv(jobs.STOP_WAIT_ENV, raising=False)
+    else:
+        monkeypatch.setenv(jobs.STOP_WAIT_ENV, env)
+    monkeypatch.setattr(jobs, "_process_seconds", lambda: running)
+    assert jobs.stop_wait() == pytest.approx(bound)
+
+
+def test_process_seconds_is_this_process_age() -> None:
+    import subprocess
+    import sys
+
+    age = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.5); "
+                          "from sframe_core.symfiles.jobs import _process_seconds; "
+                          "print(_process_seconds())"], capture_output=True, text=True, check=True)
+    assert 0.5 <= float(age.stdout) < 30, age.stdout
