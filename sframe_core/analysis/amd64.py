@@ -67,8 +67,9 @@ _X86_PLAIN = frozenset((
     "pcmpeqb pcmpeqd pmovmskb movmskpd movmskps"
 ).split()) | {f"{op}{cc}" for op in ("cmov", "set") for cc in (
     "o", "no", "b", "ae", "e", "ne", "be", "a", "s", "ns", "p", "np", "l", "ge", "le", "g")}
-# Every spelling of SP, FP and the callee-saved registers, as words of an operand text.
-_X86_FOLLOWED = re.compile(r"\b(?:[re]?[sb]p|[sb]pl|r[bs]x|[re]?bx|b[lh]|r1[2-5][dwb]?)\b")
+# Every spelling of SP, FP and the callee-saved registers (``_X86_NAMES``), as
+# words of an operand text.
+_X86_FOLLOWED = re.compile(r"\b(?:" + "|".join(sorted(_X86_NAMES, key=len, reverse=True)) + r")\b")
 # Of those, the ones that write no operand (capstone reports ``test byte ptr
 # [rsp + 0xf], al`` as a store, so a compare through SP or FP is decoded in detail).
 _X86_COMPARES = frozenset("cmp test bt comiss comisd ucomiss ucomisd".split())
@@ -134,7 +135,6 @@ class AMD64(_Decoder):
         if _X86_FOLLOWED.search(op_str) is not None:
             dst, _, src = op_str.partition(", ")
             frame = _X86_FRAME.search(op_str) is not None
-            reg = _X86_NAMES.get(dst)
             if mnem in _X86_COMPARES:
                 if frame:
                     return None
@@ -148,7 +148,7 @@ class AMD64(_Decoder):
                     else None
                 stores = (Store(Base.SP if base == "rsp" else Base.FP, offset, _X86_SIZES[width],
                                 saved if saved in self.tracked else None),)
-            elif reg is not None:
+            elif (reg := _X86_NAMES.get(dst)) is not None:
                 if reg in (_RSP, _RBP) or (mnem in ("mov", "movq") and "[" in src
                                            and dst in _X86_WHOLE):
                     return None
