@@ -18,7 +18,6 @@ import pytest
 from helpers import X86, corrupt_sframe_version, missing, need
 from helpers.lldbtools import (
     PLUGIN,
-    SERIAL_MODULE_LOAD,
     Session,
     break_command,
     command_output,
@@ -209,7 +208,6 @@ def test_import_on_a_core_never_hangs(tmp_path: Path) -> None:
     core = tmp_path / "longjmp.core"
     gdb_run(program, [], tmp_path, core=core, pcs=False)
     session = Session("23", plugin=False, timeout=20)
-    session.cmd(SERIAL_MODULE_LOAD)  # LLDB's own deadlock, not this test's (lldbtools)
     start = time.monotonic()
     try:
         for round_ in range(IMPORT_ROUNDS):

@@ -22,7 +22,6 @@ import pytest
 from helpers import X86, corrupt_sframe_version, need
 from helpers.lldbtools import (
     PLUGIN,
-    SERIAL_MODULE_LOAD,
     Session,
     break_command,
     command_output,
@@ -225,21 +224,20 @@ def test_core_target_delete_and_create_again(version: str, route: str, cores: di
     ``llvm-worker`` threads, both in ``ObjectFile::GetSectionList``, each
     waiting for the mutex the other holds (one in ``Module::SetLoadAddress``,
     the other in ``Module::MatchesModuleSpec`` asking a module of the target its
-    UUID). So on 23 this test loads modules one at a time
-    (``target.parallel-module-load false``), which is not what it tests. A
+    UUID). So on 23 every core of the tests loads its modules one at a time
+    (``target.parallel-module-load false``, lldbtools), which is not what it tests. A
     hang fails with every LLDB thread's Python traceback and native stack
     (``hang_report``)."""
     binary = V3 / "deep.noeh.stripped"
     load = f"target create {binary} --core {cores[binary.name]}"
     cycles = [command for _ in range(10) for command in (load, "target delete")]
-    serial = [SERIAL_MODULE_LOAD] if version == "23" else []
     # What the plugin keeps of the deleted targets: at most state.TARGETS_KEPT
     # targets' module tables and core frames (21 imports no provider), for
     # eleven targets made.
     kept = ("script import sys; t = sys.modules['lldb_plugin.target']; "
             "p = getattr(sys.modules.get('lldb_plugin.provider'), '_precomputed', {}); "
             "print('kept', len(t._cache), len({k[0] for k in p}))")
-    out, status = run_lldb_status(version, [*serial, *cycles, load, "bt", kept],
+    out, status = run_lldb_status(version, [*cycles, load, "bt", kept],
                                   python_stacks=True,
                                   env={**_env(tmp_path), "SFRAME_LLDB_ROUTE": route})
     assert status == 0, out[-3000:]
