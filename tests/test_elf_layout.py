@@ -64,3 +64,23 @@ def test_layout_names_sections_and_segments(path: Path) -> None:
     assert [(s.offset, s.vaddr, s.filesz, s.memsz, s.flags) for s in layout.segments] == segments
     if names:
         assert layout.section(".text") is not None and layout.section(".nope") is None
+
+
+def test_whole_code_reader_reads_what_each_read_does() -> None:
+    """``code_reader(whole=True)`` (a symbol file's writer: the code read once)
+    answers every read as the reader that opens the file per read: every
+    function's bytes, a read across a segment's end and one outside all."""
+    from helpers.realprogs import LUA
+
+    info = elfmod.read_elf(str(LUA.path("busid-v3", "noeh")))
+    per_read, whole = info.code_reader(0x1000), info.code_reader(0x1000, whole=True)
+    assert per_read is not None and whole is not None
+    section = info.open(0x1000 + info.sframe_address)  # loaded at a bias, as a PIE
+    assert section is not None
+    for fde in section.iter_fdes():
+        assert whole(fde.start, fde.size) == per_read(fde.start, fde.size) is not None
+    for seg in info.segments:
+        end = seg.vaddr + 0x1000 + seg.filesz
+        assert whole(end - 4, 4) == per_read(end - 4, 4) is not None
+        assert whole(end - 4, 8) is None and per_read(end - 4, 8) is None
+    assert whole(0x10, 4) is None and per_read(0x10, 4) is None

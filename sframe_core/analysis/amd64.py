@@ -109,10 +109,17 @@ class AMD64(_Decoder):
     def effects(self, code: bytes, address: int) -> Iterator[Effect | None]:
         end = address + len(code)
         pos = address
-        one = self._lite_effect
+        memo, one = self._memo, self._lite_effect
         for addr, size, mnem, op_str in self._lite.disasm_lite(code, address):
             pos = addr + size
-            yield one(code, address, addr, size, mnem, op_str)
+            # ``_lite_effect``'s reuse of a remembered effect, inlined for most
+            # instructions (not a branch: only the address and text move).
+            hit = memo.get(code[addr - address:pos - address])
+            if hit is not None and hit[3] is None:
+                yield _new(Effect, (addr, size, hit[2], None, *hit[4:9], f"{mnem} {op_str}",
+                                    *hit[10:]))
+            else:
+                yield one(code, address, addr, size, mnem, op_str)
         if pos < end:
             yield None
 

@@ -73,6 +73,9 @@ MAX_BYTES = 512 * 1024
 MAX_INSNS = 60_000
 
 Regs = tuple[tuple[int, Rule], ...]
+# A record from its fields in order, without NamedTuple's Python-level __new__
+# (the dataflow makes a state per instruction it changes).
+_new = tuple.__new__
 
 
 class Span(NamedTuple):
@@ -150,8 +153,8 @@ def _meet(a: _State, b: _State) -> _State:
     regs = tuple(ra if ra == rb else ((ra[0] if ra[0] == rb[0] else None), ra[1] and rb[1],
                                       ra[2] and rb[2], ra[3] if ra[3] == rb[3] else None)
                  for ra, rb in zip(a.regs, b.regs, strict=True))
-    return _State(a.sp if a.sp == b.sp else None, a.fp if a.fp == b.fp else None, regs,
-                  a.alt if a.alt == b.alt else None)
+    return _new(_State, (a.sp if a.sp == b.sp else None, a.fp if a.fp == b.fp else None, regs,
+                         a.alt if a.alt == b.alt else None))
 
 
 # CFA rule -> expected (SP - CFA, FP - CFA); None: the rule says nothing about it.
@@ -189,10 +192,10 @@ def _reconcile(state: _State, anchor: Anchor) -> _State:
     if (sp is not None and state.sp is not None and sp != state.sp) or (
             fp is not None and state.fp is not None and fp != state.fp):
         # The simulation and SFrame disagree: trust neither for the registers.
-        return _State(sp, fp, tuple(_LOST for _ in state.regs), None)
+        return _new(_State, (sp, fp, tuple(_LOST for _ in state.regs), None))
     if (sp is not None and state.sp is None) or (fp is not None and state.fp is None):
-        return _State(sp if sp is not None else state.sp, fp if fp is not None else state.fp,
-                      state.regs, state.alt)
+        return _new(_State, (sp if sp is not None else state.sp,
+                             fp if fp is not None else state.fp, state.regs, state.alt))
     return state
 
 
@@ -251,15 +254,7 @@ def _transfer(state: _State, eff: Effect, index: dict[int, int]) -> _State:
         fp = _pointer(eff.fp.from_, eff.fp.add, state)
     if eff.alt is not None:
         alt = _pointer(eff.alt.from_, eff.alt.add, state)
-    return _State(sp, fp, tuple(regs), alt)
-
-
-def _inert(eff: Effect) -> bool:
-    """Whether ``_transfer`` gives back the state it is given for ``eff``: no
-    store, load, register write, copy or pointer change (then no held value
-    is overwritten either, so ``_moves`` keeps every register as it is)."""
-    return not (eff.stores or eff.loads or eff.clobbers or eff.others or eff.moves) \
-        and eff.sp is None and eff.fp is None and eff.alt is None
+    return _new(_State, (sp, fp, tuple(regs), alt))
 
 
 def _moves(regs: list[_Reg], before: tuple[_Reg, ...], eff: Effect,
@@ -403,20 +398,28 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
             for want, have in zip(anchor0, (entry.state.sp, entry.state.fp), strict=True))):
         return Analysis((), "the entering state's CFA is not SFrame's", unknown_exits())
     at: dict[int, int] = {eff.address: i for i, eff in enumerate(effects)}
+    sites: list[int] = []  # the indirect jumps
+    leaving: list[int] = []  # what may branch out (``_exits``): those and direct branches out
     # Branch targets inside the function must be instruction starts.
-    for eff in effects:
+    for i, eff in enumerate(effects):
         target = eff.target
-        if target is not None and start <= target < end and target not in at:
-            return Analysis((), f"branch at {eff.address:#x} into the middle of an instruction",
-                            unknown_exits())
-        if eff.flow is Flow.CALL and target is not None and start < target < end:
-            return Analysis((), f"call at {eff.address:#x} into its own function",
-                            unknown_exits())
+        if target is not None:
+            if start <= target < end:
+                if target not in at:
+                    return Analysis((), f"branch at {eff.address:#x} into the middle of an "
+                                    "instruction", unknown_exits())
+                if eff.flow is Flow.CALL and start < target:
+                    return Analysis((), f"call at {eff.address:#x} into its own function",
+                                    unknown_exits())
+            elif eff.flow in _BRANCHES:
+                leaving.append(i)
+        if eff.flow is Flow.INDIRECT:
+            sites.append(i)
+            leaving.append(i)
     # Indirect jumps through a jump table the decoder recognises go to its
     # entries only; the others may go anywhere (see the module docstring).
     tables: dict[int, list[int]] = {}
     table_exits: dict[int, tuple[int, ...]] = {}  # a table's targets out of the function
-    sites = [i for i, eff in enumerate(effects) if eff.flow is Flow.INDIRECT]
     asked: list[tuple[int, int, int]] = []  # what the jump-table readers asked, in order
     answers: list[bytes | list[int] | None] = []
     if read is not None and sites and arch.name in ("amd64", "aarch64", "s390x"):
@@ -446,7 +449,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     # a result kept for the same key is the one the dataflow would give.
     if store is None:
         return _dataflow(arch, tracked, effects, start, end, at, tables, table_exits, anchors,
-                         entry)[0]
+                         entry, leaving)[0]
     key = _qualified(flow_key(arch, tracked, effects, start, end, tables, anchors),
                      table_exits, entry, start)
     reused = None if key is None else store.get(key)
@@ -458,7 +461,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
         kept = _relative(result, [start + off for off, _, _ in reused.exits], start)
     else:
         result, sites_out = _dataflow(arch, tracked, effects, start, end, at, tables, table_exits,
-                                      anchors, entry)
+                                      anchors, entry, leaving)
         kept = _relative(result, sites_out, start)
         if key is not None:
             store.put(key, kept)
@@ -593,18 +596,27 @@ def _relative(result: Analysis, sites: Sequence[int], start: int) -> Kept:
     return Kept(spans, exits)
 
 
+# The flows the dataflow's loop tells apart, as module names (not class attributes).
+_INDIRECT, _RETURN, _STOP, _JUMP, _COND = Flow.INDIRECT, Flow.RETURN, Flow.STOP, Flow.JUMP, Flow.COND
+
+
 def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start: int, end: int,
               at: dict[int, int], tables: dict[int, list[int]],
               table_exits: dict[int, tuple[int, ...]], anchors: list[Anchor],
-              entry: Entry | None) -> tuple[Analysis, list[int]]:
+              entry: Entry | None, leaving: list[int]) -> tuple[Analysis, list[int]]:
     """The dataflow over a decoded function (``analyse``): its spans of rules
-    and exits, and the address of each exit's branch."""
+    and exits, and the address of each exit's branch (``leaving``: the
+    instructions that may branch out, in order)."""
     index = {reg: i for i, reg in enumerate(tracked)}
     first = _State(-_ENTRY_CFA[arch.name], None,
                    tuple((None, True, False, None) for _ in tracked)) if entry is None \
         else entry.state
     begin = _reconcile(first, anchors[0])
-    inert = [_inert(eff) for eff in effects]
+    # Whether ``_transfer`` gives back the state it is given: no store, load,
+    # register write, copy or pointer change (then no held value is
+    # overwritten either, so ``_moves`` keeps every register as it is).
+    inert = [not (e.stores or e.loads or e.clobbers or e.others or e.moves)
+             and e.sp is None and e.fp is None and e.alt is None for e in effects]
     states: list[_State | None] = [None] * len(effects)
     states[0] = begin
     work = [0]
@@ -634,23 +646,23 @@ def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start
                 assert state is not None
                 eff = effects[i]
                 # Most instructions touch no tracked register, slot or pointer:
-                # their transfer is the identity (``_inert``), skipped.
+                # their transfer is the identity (``inert``), skipped.
                 out = state if inert[i] else _transfer(state, eff, index)
                 flow = eff.flow
-                if flow is Flow.INDIRECT:
+                if flow is _INDIRECT:
                     if i in tables:
                         for k in tables[i]:
                             flow_to(k, out)
                     else:
                         indirect[i] = out
                     break
-                if flow is Flow.RETURN or flow is Flow.STOP:
+                if flow is _RETURN or flow is _STOP:
                     break
-                if flow is Flow.JUMP or flow is Flow.COND:
+                if flow is _JUMP or flow is _COND:
                     target = eff.target
                     if target is not None and start <= target < end:
                         flow_to(at[target], out)
-                    if flow is Flow.JUMP:
+                    if flow is _JUMP:
                         break
                 i += 1
                 if i >= count:
@@ -704,10 +716,10 @@ def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start
             hi += eff.size
             continue
         if hi >= 0:
-            spans.append(Span(lo, hi, current))
+            spans.append(_new(Span, (lo, hi, current)))
         lo, hi, current = eff.address, eff.address + eff.size, regs
     spans.append(Span(lo, hi, current))
-    exits, sites_out = _exits(effects, states, inert, tables, table_exits, index, start, end)
+    exits, sites_out = _exits(effects, states, inert, tables, table_exits, index, leaving)
     return Analysis(tuple(spans), "", exits), sites_out
 
 
@@ -717,24 +729,23 @@ _BRANCHES = (Flow.JUMP, Flow.COND, Flow.CALL)
 
 def _exits(effects: list[Effect], states: list[_State | None], inert: list[bool],
            tables: dict[int, list[int]], table_exits: dict[int, tuple[int, ...]],
-           index: dict[int, int], start: int, end: int) -> tuple[tuple[Exit, ...], list[int]]:
-    """The branches out of ``[start, end)``: direct jumps and a read table's
-    targets with the state along them (None from an instruction no path
-    reaches), calls with none (they enter at a function entry), an unread
-    table's jump with its state and no target; and each one's branch address."""
+           index: dict[int, int], leaving: list[int]) -> tuple[tuple[Exit, ...], list[int]]:
+    """The branches out of the function (of ``leaving``: its indirect jumps and
+    direct branches out): direct jumps and a read table's targets with the
+    state along them (None from an instruction no path reaches), calls with
+    none (they enter at a function entry), an unread table's jump with its
+    state and no target; and each one's branch address."""
     out: list[Exit] = []
     sites: list[int] = []
-    for i, eff in enumerate(effects):
+    for i in leaving:
+        eff = effects[i]
         flow = eff.flow
-        target = eff.target
         if flow is Flow.INDIRECT:
             if i in tables and i not in table_exits:
                 continue
             targets: tuple[int | None, ...] = table_exits.get(i, ()) if i in tables else (None,)
-        elif flow in _BRANCHES and target is not None and not start <= target < end:
-            targets = (target,)
         else:
-            continue
+            targets = (eff.target,)
         state = states[i]
         if state is not None and flow is not Flow.CALL:
             after: _State | None = state if inert[i] else _transfer(state, eff, index)

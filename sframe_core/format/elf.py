@@ -95,8 +95,12 @@ class ElfSFrame(NamedTuple):
     def is_relocatable(self) -> bool:
         return self.elf_type == "ET_REL"
 
-    def open(self, address: int | None = None) -> SFrameSection | None:
-        """The section, at its file address or at ``address`` (runtime)."""
+    def open(self, address: int | None = None, *, whole: bool = False) -> SFrameSection | None:
+        """The section, at its file address or at ``address`` (runtime).
+
+        ``whole``: for a reader of every function (a symbol file's writer),
+        which reads the file's code once rather than once per function
+        (``code_reader``)."""
         if not self.has_sframe or self.data is None or self.sframe_address is None:
             return None
         from .section import SFrameSection
@@ -104,7 +108,8 @@ class ElfSFrame(NamedTuple):
         base = self.sframe_address if address is None else address
         try:
             section = SFrameSection(self.data, base, pcrel=True if self.relocated else None,
-                                    name=self.path, code=self.code_reader(base - self.sframe_address))
+                                    name=self.path,
+                                    code=self.code_reader(base - self.sframe_address, whole=whole))
         except FormatError as exc:
             raise FormatError(f"{self.path}: .sframe: {exc}") from None
         section.absolute_tables = self.elf_type == "ET_EXEC" and base == self.sframe_address
@@ -172,26 +177,45 @@ class ElfSFrame(NamedTuple):
         return relocated
 
 
-    def code_reader(self, bias: int) -> CodeReader | None:
+    def code_reader(self, bias: int, *, whole: bool = False) -> CodeReader | None:
         """Reads this file's PT_LOAD contents (code, jump tables) at runtime
         addresses (file address + ``bias``); None for ``.o`` files (every
-        section at 0) and files without segments."""
+        section at 0) and files without segments.
+
+        Each read opens the file: a debugger's lookups read a few functions
+        of modules it keeps for hours, and hold neither a descriptor nor
+        the code. ``whole``: a segment's contents are read the first time
+        one of its bytes is asked for and kept by the reader (as big as the
+        file's code: for one pass over every function, where an open per
+        function was a twentieth of the time)."""
         if self.is_relocatable or not self.segments:
             return None
         path = self.path
         segments = self.segments
+        kept: dict[int, bytes] = {}
 
         def read(address: int, size: int) -> bytes | None:
             vaddr = address - bias
-            for seg in segments:
+            for k, seg in enumerate(segments):
                 if seg.vaddr <= vaddr and vaddr + size <= seg.vaddr + seg.filesz:
-                    with open(path, "rb") as stream:
-                        stream.seek(seg.offset + vaddr - seg.vaddr)
-                        data = stream.read(size)
+                    at = vaddr - seg.vaddr
+                    if whole:
+                        contents = kept.get(k)
+                        if contents is None:
+                            contents = kept[k] = _read_at(path, seg.offset, seg.filesz)
+                        data = contents[at:at + size]
+                    else:
+                        data = _read_at(path, seg.offset + at, size)
                     return data if len(data) == size else None
             return None
 
         return read
+
+
+def _read_at(path: str, offset: int, size: int) -> bytes:
+    with open(path, "rb") as stream:
+        stream.seek(offset)
+        return stream.read(size)
 
 
 def _apply_relocations(elf: Any, section: Any, data: bytearray) -> bool:

@@ -680,7 +680,7 @@ def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None,
 
     path = plan.module.path
     info = read_elf(path)
-    section = info.open()
+    section = info.open(whole=True)
     if section is None:
         raise FileError(f"{path}: no .sframe section")
     store = _store(section, store_file)
@@ -847,7 +847,7 @@ def _encode_part(path: str, fdes: range, covered: list[tuple[int, int]], saved: 
     (``store_file``: the kept ones it reads), or None when one of them is
     corrupt (the parent then does the part itself, to raise what it says)."""
     try:
-        section = read_elf(path).open()
+        section = read_elf(path).open(whole=True)
         if section is None:
             return None
         section.saved_registers = saved
