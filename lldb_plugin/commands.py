@@ -12,16 +12,22 @@ from __future__ import annotations
 import argparse
 import shlex
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import lldb
 
 from sframe_core.base.errors import SFrameError
-from sframe_core.format.describe import describe_row, lookup_text
-from sframe_core.targets.backtrace import LLDB_STYLE, explain_stop, thread_lines
-from sframe_core.unwind.step import Frame, Stop, StopReason, walk
 from sframe_core.version import __version__
 
 from .target import INVALID, TargetInfo, info_for, innermost, process_memory
+
+if TYPE_CHECKING:
+    from sframe_core.unwind.step import Frame, Stop
+
+# The walk, the backtrace's text and the row descriptions are imported by the
+# commands that print them: a session that never types ``sframe bt`` or
+# ``sframe lookup`` (LLDB's own ``bt`` on the native route) does not pay for
+# them at import.
 
 __all__ = ["SFrameCommand", "backtrace_lines", "describe_pc"]
 
@@ -100,6 +106,8 @@ def describe_pc(target: lldb.SBTarget, pc: int, *, caller: bool) -> str:
 
 def walk_thread(thread: lldb.SBThread, info: TargetInfo) -> Iterator[Frame | Stop]:
     """The core's walk from the thread's frame 0, or one Stop saying why not."""
+    from sframe_core.unwind.step import Stop, StopReason, walk
+
     if info.arch is None:
         yield Stop(StopReason.ERROR, f"no SFrame ABI for {thread.GetProcess().GetTarget().GetTriple()}")
         return
@@ -124,6 +132,9 @@ def _thread_header(thread: lldb.SBThread, selected: bool) -> str:
 
 def backtrace_lines(thread: lldb.SBThread, target: lldb.SBTarget, info: TargetInfo, *,
                     count: int | None, selected: bool) -> list[str]:
+    from sframe_core.targets.backtrace import LLDB_STYLE, explain_stop, thread_lines
+    from sframe_core.unwind.step import Stop
+
     wheres: list[str] = []
     stop: Stop | None = None
     last: Frame | None = None
@@ -194,6 +205,8 @@ def _parse_address(text: str, target: lldb.SBTarget) -> int:
 
 
 def lookup_lines(info: TargetInfo, target: lldb.SBTarget, pc: int) -> list[str]:
+    from sframe_core.format.describe import describe_row, lookup_text
+
     module = info.module_for(pc)
     if module is None:
         return [f"0x{pc:x} is in no loaded module"]

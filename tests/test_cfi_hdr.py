@@ -71,12 +71,45 @@ def test_header_lookup_is_the_full_read(path: Path) -> None:
     for n, ref in enumerate(fdes):
         for pc in (ref.start, (ref.start + ref.end) // 2, ref.end - 1, ref.end, ref.start - 1):
             assert _key(fast, pc) == _key(full, pc), f"{path} at {pc:#x}"
+            assert fast.has_fde(pc) == full.has_fde(pc) == (_key(full, pc) is not None)
         if n % 8 == 0:
             mid = (ref.start + ref.end) // 2
             assert fast.fde_rows(mid) == full.fde_rows(mid)
             assert fast.row_at(mid) == full.row_at(mid)
     assert fast._index is None  # served by the header throughout, never the full read
     assert not fast.has_fde(0) and not fast.has_fde(2**63)
+
+
+@pytest.mark.parametrize("path", [LIBC, LOADER, *CROSS, *REALPROGS, TWIN],
+                         ids=lambda p: f"{p.parent.parent.name}-{p.name}" if p in CROSS else p.name)
+def test_fde_span_is_what_pyelftools_parses(path: Path) -> None:
+    """``cfi.fde_span`` (an FDE's range from its header words: what ``has_fde``
+    reads through the table, asked of every function of a module with both
+    SFrame and CFI) gives every FDE's initial location and address range as
+    pyelftools' parse of the whole entry does, and reads them all (real
+    CIEs: ``zR``, ``zPLR`` with personality routines, ``zRS``)."""
+    from io import BytesIO
+
+    from elftools.dwarf.callframe import FDE, CallFrameInfo
+    from elftools.dwarf.structs import DWARFStructs
+
+    if not path.exists():
+        missing(f"{path} not present on this host")
+    with open(path, "rb") as stream:
+        elf = ELFFile(stream)
+        section = elf.get_section_by_name(".eh_frame")
+        data, address = section.data(), section["sh_addr"]
+        structs = DWARFStructs(little_endian=elf.little_endian, dwarf_format=32,
+                               address_size=elf.elfclass // 8)
+        big_endian, wide = not elf.little_endian, elf.elfclass == 64
+    entries = CallFrameInfo(BytesIO(data), len(data), address, structs,
+                            for_eh_frame=True).get_entries()
+    encodings: dict[int, int | None] = {}
+    fdes = [entry for entry in entries if isinstance(entry, FDE)]
+    assert len(fdes) > 5
+    for entry in fdes:
+        assert cfi.fde_span(data, entry.offset, address, big_endian, wide, encodings) == (
+            entry.header["initial_location"], entry.header["address_range"]), hex(entry.offset)
 
 
 # -- Headers that lie ---------------------------------------------------------------
@@ -200,6 +233,11 @@ def test_an_entry_naming_the_wrong_start_is_caught_when_it_is_parsed(tmp_path: P
     assert table._hdr is None and table._index is not None
     assert table.hdr_problem is not None and table.hdr_problem.startswith(
         f"table entry {len(fdes) - 1} says {last.start + 1:#x}, its FDE at offset ")
+    # Asked only whether an FDE is there (its range read alone): caught the same way.
+    quick = CFITable(lying)
+    assert quick.has_fde(first.start) and quick._hdr is not None
+    assert quick.has_fde(last.start + 1) == honest.has_fde(last.start + 1)
+    assert quick._hdr is None and quick.hdr_problem == table.hdr_problem
 
 
 @pytest.fixture(scope="module")

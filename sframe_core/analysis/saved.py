@@ -703,15 +703,18 @@ def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start
     made: dict[tuple[int | None, tuple[_Reg, ...]], Regs] = {}
     lo = hi = -1
     current: Regs = ()
+    last: _State | None = None  # the state ``regs`` were made of (inert runs share one)
+    regs: Regs = ()
     for eff, state in zip(effects, states, strict=True):
         if state is None:
-            regs: Regs = ()
-        else:
+            regs = ()
+        elif state is not last:
             shape = (state.sp, state.regs)  # all that _rules reads
             rules = made.get(shape)
             if rules is None:
                 rules = made[shape] = _rules(state, tracked, red_zone)
             regs = rules
+        last = state
         if hi == eff.address and regs == current:
             hi += eff.size
             continue

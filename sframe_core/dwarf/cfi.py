@@ -509,17 +509,41 @@ class _Index(NamedTuple):
     fdes: list[_FDERef]
 
 
-class _HdrIndex(NamedTuple):
+class _HdrIndex:
     """``.eh_frame_hdr``'s search table, checked against ``.eh_frame``.
 
     ``starts`` (file addresses) and ``offsets`` (into ``.eh_frame``) are
     parallel, sorted by (start, offset): the order the full read gives FDEs
-    of equal start. ``cfi`` parses one entry at a time, on demand.
+    of equal start. ``cfi`` parses one entry at a time, on demand;
+    ``spans`` reads an FDE's range alone (``fde_span``), which is all that
+    ``has_fde`` needs.
     """
 
-    starts: list[int]
-    offsets: list[int]
-    cfi: Any  # pyelftools CallFrameInfo over the .eh_frame bytes
+    def __init__(self, starts: list[int], offsets: list[int], spans: _Spans,
+                 make_cfi: Any) -> None:
+        self.starts, self.offsets, self.spans = starts, offsets, spans
+        self._make_cfi = make_cfi
+        self._cfi: Any = None
+
+    @property
+    def cfi(self) -> Any:
+        """pyelftools' CallFrameInfo over the ``.eh_frame`` bytes, made at first use."""
+        if self._cfi is None:
+            self._cfi = self._make_cfi()
+        return self._cfi
+
+
+class _Spans:
+    """(start, size) of ``.eh_frame`` FDEs from their header words alone
+    (``fde_span``), with each CIE's pointer encoding read once."""
+
+    def __init__(self, data: bytes, address: int, big_endian: bool, wide: bool) -> None:
+        self.data, self.address, self.big_endian, self.wide = data, address, big_endian, wide
+        self._encodings: dict[int, int | None] = {}
+
+    def __call__(self, offset: int) -> tuple[int, int] | None:
+        return fde_span(self.data, offset, self.address, self.big_endian, self.wide,
+                        self._encodings)
 
 
 class BadHdrError(Exception):
@@ -560,6 +584,105 @@ def _encoded(data: bytes, pos: int, enc: int, endian: str, address: int, hdr_add
     elif application == _EH_PE_DATAREL:
         value += hdr_address
     return value & ((1 << 64) - 1 if wide else (1 << 32) - 1), pos + layout.size
+
+
+def _uleb_at(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data):
+            raise IndexError("truncated LEB128")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+# DW_EH_PE value formats a CIE's 'R' or 'P' encoding may name, -> struct code.
+_FDE_FORMATS = {0x02: "H", 0x03: "I", 0x04: "Q", 0x09: "", 0x0A: "h", 0x0B: "i", 0x0C: "q"}
+
+
+def _cie_encoding(data: bytes, cie: int, endian: str, wide: bool) -> int | None:
+    """The pointer encoding (DW_EH_PE_*) a CIE gives its FDEs' addresses;
+    None where this reader does not take the CIE (pyelftools then reads it)."""
+    try:
+        (length,) = struct.unpack_from(endian + "I", data, cie)
+        if length in (0, 0xFFFFFFFF) or int.from_bytes(data[cie + 4:cie + 8], "little"):
+            return None  # not a 32-bit CIE (a 64-bit one: leave it to pyelftools)
+        end = cie + 4 + length
+        version = data[cie + 8]
+        nul = data.index(b"\0", cie + 9, end)
+        augmentation = data[cie + 9:nul]
+        pos = nul + 1
+        if version >= 4:
+            pos += 2  # address_size, segment_selector_size
+        _, pos = _uleb_at(data, pos)  # code alignment
+        _, pos = _uleb_at(data, pos)  # data alignment (sleb: the same length)
+        if version == 1:
+            pos += 1
+        else:
+            _, pos = _uleb_at(data, pos)
+        if not augmentation.startswith(b"z"):
+            return 0x00 if not augmentation else None  # absptr; "eh" and others: pyelftools
+        _, pos = _uleb_at(data, pos)
+        for letter in augmentation[1:]:
+            if letter == ord("R"):
+                return data[pos] if pos < end else None
+            if letter == ord("L"):
+                pos += 1
+            elif letter == ord("P"):
+                enc = data[pos]
+                fmt = _FDE_FORMATS.get(enc & 0x0F, ("Q" if wide else "I") if enc & 0x0F == 0
+                                       else None)
+                if fmt is None or fmt == "":
+                    return None
+                pos += 1 + struct.calcsize(fmt)
+            elif letter not in b"SBG":
+                return None
+        return 0x00  # no 'R': absptr
+    except (IndexError, ValueError, struct.error):
+        return None
+
+
+def fde_span(data: bytes, offset: int, address: int, big_endian: bool, wide: bool,
+             encodings: dict[int, int | None] | None = None) -> tuple[int, int] | None:
+    """(initial location, address range) of the ``.eh_frame`` FDE at ``offset``
+    (the section at ``address``), from its header alone: what pyelftools'
+    full parse of the entry gives for them, without its instructions (a
+    thousandth of the time). None where this reader does not take the FDE
+    or its CIE (64-bit lengths, indirect or relative-to-text encodings,
+    augmentations it does not know): the caller parses it then.
+    ``encodings``: CIE offset -> its encoding, kept across calls."""
+    endian = ">" if big_endian else "<"
+    try:
+        (length, pointer) = struct.unpack_from(endian + "II", data, offset)
+        if length in (0, 0xFFFFFFFF) or pointer == 0 or pointer > offset + 4:
+            return None
+        cie = offset + 4 - pointer
+        if encodings is None:
+            enc = _cie_encoding(data, cie, endian, wide)
+        elif cie in encodings:
+            enc = encodings[cie]
+        else:
+            enc = encodings[cie] = _cie_encoding(data, cie, endian, wide)
+        if enc is None:
+            return None
+        fmt = _FDE_FORMATS.get(enc & 0x0F, ("Q" if wide else "I") if enc & 0x0F == 0 else None)
+        if fmt is None or fmt == "" or enc & 0x80 or enc & 0x70 not in (_EH_PE_ABS, _EH_PE_PCREL):
+            return None
+        field = struct.Struct(endian + fmt)
+        pos = offset + 8
+        if pos + 2 * field.size > offset + 4 + length:
+            return None
+        (start,) = field.unpack_from(data, pos)
+        (size,) = field.unpack_from(data, pos + field.size)
+    except struct.error:
+        return None
+    if enc & 0x70 == _EH_PE_PCREL:
+        start += address + pos
+    mask = (1 << 64) - 1 if wide else (1 << 32) - 1
+    return start & mask, size
 
 
 def _fde_offsets(data: bytes, endian: str) -> list[int]:
@@ -751,26 +874,46 @@ class CFITable:
         except BadHdrError as exc:
             self.hdr_problem = str(exc)
             return None
-        from elftools.dwarf.callframe import CallFrameInfo
-        from elftools.dwarf.structs import DWARFStructs
+        big_endian, wide, address = layout.big_endian, layout.wide, eh.addr
 
-        if not hasattr(CallFrameInfo, "_parse_entry_at"):
-            self.hdr_problem = "this pyelftools cannot parse one entry alone"
-            return None
-        structs = DWARFStructs(little_endian=not layout.big_endian, dwarf_format=32,
-                               address_size=8 if layout.wide else 4)
-        cfi: Any = CallFrameInfo(BytesIO(data), len(data), eh.addr, structs, for_eh_frame=True)
+        def make_cfi() -> Any:
+            # Imported at the first entry parsed: asking whether there is an
+            # FDE (``has_fde``) reads ranges alone, without pyelftools.
+            from elftools.dwarf.callframe import CallFrameInfo
+            from elftools.dwarf.structs import DWARFStructs
+
+            if not hasattr(CallFrameInfo, "_parse_entry_at"):
+                raise BadHdrError("this pyelftools cannot parse one entry alone")
+
+            structs = DWARFStructs(little_endian=not big_endian, dwarf_format=32,
+                                   address_size=8 if wide else 4)
+            return CallFrameInfo(BytesIO(data), len(data), address, structs, for_eh_frame=True)
+
+        index = _HdrIndex(starts, offsets, _Spans(data, address, big_endian, wide), make_cfi)
         if omitted:
             # Into the index where the full read would have them: by (start, offset).
             try:
-                found = [(cfi._parse_entry_at(offset).header["initial_location"], offset)
-                         for offset in omitted]
+                found = [(self._span(index, offset)[0], offset) for offset in omitted]
+            except BadHdrError as exc:
+                self.hdr_problem = str(exc)
+                return None
             except foreign_errors():
                 self.hdr_problem = "an FDE the table leaves out cannot be parsed"
                 return None
             merged = sorted([*zip(starts, offsets, strict=True), *found])
-            starts, offsets = [start for start, _ in merged], [offset for _, offset in merged]
-        return _HdrIndex(starts, offsets, cfi)
+            index.starts = [start for start, _ in merged]
+            index.offsets = [offset for _, offset in merged]
+        return index
+
+    @staticmethod
+    def _span(hdr: _HdrIndex, offset: int) -> tuple[int, int]:
+        """(start, size) of the FDE at ``offset``: from its header words, else
+        from pyelftools' parse of the whole entry."""
+        found = hdr.spans(offset)
+        if found is not None:
+            return found
+        header = hdr.cfi._parse_entry_at(offset).header
+        return header["initial_location"], header["address_range"]
 
     def _load(self) -> _Index:
         """Every FDE of the file, read once (what ``verify`` walks, and the
@@ -844,12 +987,14 @@ class CFITable:
 
     # -- lookup --------------------------------------------------------------
 
-    def _find(self, pc: int) -> _FDERef | None:
+    def _find(self, pc: int, *, entry: bool = True) -> _FDERef | None:
+        """The FDE covering ``pc``; ``entry`` False: its ``entry`` may be None
+        (not parsed: ``has_fde`` asks only whether there is one)."""
         addr = pc - self.bias
         self._open()
         if self._index is None and self._hdr is not None:
             try:
-                return self._find_in_hdr(self._hdr, addr)
+                return self._find_in_hdr(self._hdr, addr, entry)
             except BadHdrError as exc:
                 self.hdr_problem = str(exc)
                 self._hdr = None
@@ -870,10 +1015,11 @@ class CFITable:
             pos -= 1
         return found
 
-    def _find_in_hdr(self, hdr: _HdrIndex, addr: int) -> _FDERef | None:
+    def _find_in_hdr(self, hdr: _HdrIndex, addr: int, parse: bool = True) -> _FDERef | None:
         """``_find`` through the header's table: the same candidates, in the same
-        order (FDEs of no size are not candidates there either), each parsed
-        as it is looked at.
+        order (FDEs of no size are not candidates there either), each read
+        as it is looked at (``parse`` False: its range alone, ``_span``; the
+        result's ``entry`` is then None).
 
         :raises BadHdrError: an entry's start is not its FDE's.
         """
@@ -882,13 +1028,17 @@ class CFITable:
         while pos >= 0 and looked < 8:
             start, offset = hdr.starts[pos], hdr.offsets[pos]
             try:
-                entry = hdr.cfi._parse_entry_at(offset)
+                if parse:
+                    entry = hdr.cfi._parse_entry_at(offset)
+                    initial, size = entry.header["initial_location"], entry.header["address_range"]
+                else:
+                    entry = None
+                    initial, size = self._span(hdr, offset)
             except foreign_errors() as exc:
                 raise FormatError(f"{self.name}: .eh_frame: {exc}") from None
-            if entry.header["initial_location"] != start:
+            if initial != start:
                 raise BadHdrError(f"table entry {pos} says {start:#x}, its FDE at offset "
-                                  f"{offset:#x} {entry.header['initial_location']:#x}")
-            size = entry.header["address_range"]
+                                  f"{offset:#x} {initial:#x}")
             if size > 0:
                 looked += 1
                 if start <= addr < start + size:
@@ -897,8 +1047,10 @@ class CFITable:
         return None
 
     def has_fde(self, pc: int) -> bool:
-        """Does an ``.eh_frame`` or ``.debug_frame`` FDE cover ``pc``?"""
-        return self._find(pc) is not None
+        """Does an ``.eh_frame`` or ``.debug_frame`` FDE cover ``pc``? (Asked of
+        every function of a module with both SFrame and CFI: through the
+        header's table only the FDEs' ranges are read.)"""
+        return self._find(pc, entry=False) is not None
 
     def fde_rows(self, pc: int) -> list[Row]:
         """Every row of the FDE covering ``pc`` (empty when none does)."""
