@@ -113,7 +113,7 @@ def _wants_route(target: lldb.SBTarget, module: lldb.SBModule) -> bool | None:
     section = built.sframe
     if section is None:
         return None if built.error is None else False
-    return any(built.sframe_only(fde.start) for fde in section.iter_fdes())
+    return built.any_sframe_only()
 
 
 def _built(target: lldb.SBTarget, module: lldb.SBModule) -> LLDBModule | None:

@@ -98,6 +98,24 @@ class LLDBModule(Module):
     sframe_section: lldb.SBSection | None = None
     native_cfi: bool = False  # LLDB reads our .debug_frame for it (``symfiles``)
 
+    def any_sframe_only(self) -> bool:
+        """Whether ``sframe_only`` holds at some SFrame function's start: asked of
+        every function at once (``CFITable.uncovered``), as a module with both
+        SFrame and CFI is at its first stop."""
+        section = self.sframe
+        if self.native_cfi or section is None:
+            return False
+        starts = []
+        for start, size in section.extents():
+            if size > 0:
+                starts.append(start)  # SFrame covers it: the FDE itself
+            elif self.sframe_only(start):
+                return True
+        cfi = self.cfi if self.has_eh_section else None
+        if cfi is None:
+            return bool(starts)
+        return next(cfi.uncovered(starts), None) is not None
+
     def sframe_only(self, pc: int) -> bool:
         """SFrame covers ``pc`` and no DWARF CFI does (LLDB's unwinder has nothing)."""
         if self.native_cfi:

@@ -84,10 +84,10 @@ def test_header_lookup_is_the_full_read(path: Path) -> None:
                          ids=lambda p: f"{p.parent.parent.name}-{p.name}" if p in CROSS else p.name)
 def test_fde_span_is_what_pyelftools_parses(path: Path) -> None:
     """``cfi.fde_span`` (an FDE's range from its header words: what ``has_fde``
-    reads through the table, asked of every function of a module with both
-    SFrame and CFI) gives every FDE's initial location and address range as
-    pyelftools' parse of the whole entry does, and reads them all (real
-    CIEs: ``zR``, ``zPLR`` with personality routines, ``zRS``)."""
+    reads through the table) and ``fde_spans`` (every FDE's, for a module
+    with both SFrame and CFI) give every FDE's initial location and address
+    range as pyelftools' parse of the whole entry does, and read them all
+    (real CIEs: ``zR``, ``zPLR`` with personality routines, ``zRS``)."""
     from io import BytesIO
 
     from elftools.dwarf.callframe import FDE, CallFrameInfo
@@ -107,9 +107,37 @@ def test_fde_span_is_what_pyelftools_parses(path: Path) -> None:
     encodings: dict[int, int | None] = {}
     fdes = [entry for entry in entries if isinstance(entry, FDE)]
     assert len(fdes) > 5
-    for entry in fdes:
-        assert cfi.fde_span(data, entry.offset, address, big_endian, wide, encodings) == (
-            entry.header["initial_location"], entry.header["address_range"]), hex(entry.offset)
+    want = [(entry.header["initial_location"], entry.header["address_range"]) for entry in fdes]
+    for entry, span in zip(fdes, want, strict=True):
+        assert cfi.fde_span(data, entry.offset, address, big_endian, wide, encodings) == span, \
+            hex(entry.offset)
+    # All at once (``fde_spans``: the commonest encoding with one unpack each).
+    assert cfi.fde_spans(data, [entry.offset for entry in fdes], address, big_endian, wide,
+                         {}) == want
+
+
+@pytest.mark.parametrize("path", [LIBC, LOADER, *CROSS, *REALPROGS, TWIN],
+                         ids=lambda p: f"{p.parent.parent.name}-{p.name}" if p in CROSS else p.name)
+def test_uncovered_is_has_fde_of_each(path: Path) -> None:
+    """``uncovered`` (every function of a module with both SFrame and CFI
+    asked at once: the header's sized starts as a set) names exactly the PCs
+    ``has_fde`` refuses, at each FDE's first, middle and last byte, just
+    outside it and at an address of none; and on the twin, every SFrame
+    function's start is covered."""
+    if not path.exists():
+        missing(f"{path} not present on this host")
+    full, fast = _both(path)
+    pcs = [0, 2**63]
+    for ref in full._load().fdes:
+        pcs += [ref.start, (ref.start + ref.end) // 2, ref.end - 1, ref.end, ref.start - 1]
+    assert list(fast.uncovered(pcs)) == [pc for pc in pcs if not full.has_fde(pc)]
+    assert fast._hdr is not None and fast._index is None  # the header served throughout
+    if path == TWIN:
+        from sframe_core.format.elf import read_elf
+
+        section = read_elf(str(path)).open()
+        assert section is not None
+        assert list(fast.uncovered(fde.start for fde in section.iter_fdes())) == []
 
 
 # -- Headers that lie ---------------------------------------------------------------
@@ -233,6 +261,11 @@ def test_an_entry_naming_the_wrong_start_is_caught_when_it_is_parsed(tmp_path: P
     assert table._hdr is None and table._index is not None
     assert table.hdr_problem is not None and table.hdr_problem.startswith(
         f"table entry {len(fdes) - 1} says {last.start + 1:#x}, its FDE at offset ")
+    # All starts at once (``uncovered``): the lie is met reading the table, the full read answers.
+    starts = [ref.start for ref in fdes] + [last.start + 1]
+    every = CFITable(lying)
+    assert list(every.uncovered(starts)) == [pc for pc in starts if not honest.has_fde(pc)]
+    assert every._hdr is None and every.hdr_problem is not None
     # Asked only whether an FDE is there (its range read alone): caught the same way.
     quick = CFITable(lying)
     assert quick.has_fde(first.start) and quick._hdr is not None

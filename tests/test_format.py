@@ -144,3 +144,38 @@ def test_s390x_v3_odd_word_is_an_offset() -> None:
     hit = sec.lookup(0x1000)
     assert hit is not None and hit.rules.fp == Rule(RuleKind.AT_CFA, 0x21)
     assert hit.rules.ra == Rule(RuleKind.AT_CFA, -47)
+
+
+def test_extents_are_the_decoded_fdes() -> None:
+    """``extents`` (every FDE's start and size in one pass, for the question
+    asked of every function of a module with both SFrame and CFI) gives what
+    decoding each FDE gives: every fixture with ``.sframe`` (v1, v2 with and
+    without PCREL, v3; amd64, aarch64 little- and big-endian, s390x; ``.o``
+    files, whose starts are relocated), at file and at runtime addresses."""
+    from helpers import FIXTURES
+
+    from sframe_core.base.errors import SFrameError
+    from sframe_core.format.elf import read_elf
+
+    seen = set()
+    for path in sorted(FIXTURES.rglob("*")):
+        if not path.is_file() or path.is_symlink() or path.read_bytes()[:4] != b"\x7fELF":
+            continue
+        try:
+            info = read_elf(str(path))
+        except SFrameError:
+            continue
+        for address in (None, 0x7F0000000000):
+            if info.is_relocatable and address is not None:
+                continue
+            try:
+                section = info.open(address)
+            except SFrameError:
+                continue
+            if section is None:
+                continue
+            assert section.extents() == [(f.start, f.size) for f in section.iter_fdes()], path
+            seen.add((section.version, section.arch.name, info.is_relocatable))
+    assert {version for version, _, _ in seen} == {1, 2, 3}
+    assert {arch for _, arch, _ in seen} == {"amd64", "aarch64", "s390x"}
+    assert any(relocatable for _, _, relocatable in seen)

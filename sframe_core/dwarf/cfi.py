@@ -33,7 +33,7 @@ import dataclasses
 import os
 import struct
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from io import BytesIO
 from typing import Any, BinaryIO, NamedTuple
 
@@ -524,6 +524,7 @@ class _HdrIndex:
         self.starts, self.offsets, self.spans = starts, offsets, spans
         self._make_cfi = make_cfi
         self._cfi: Any = None
+        self.sized: frozenset[int] | None = None  # ``CFITable._sized_starts``
 
     @property
     def cfi(self) -> Any:
@@ -544,6 +545,10 @@ class _Spans:
     def __call__(self, offset: int) -> tuple[int, int] | None:
         return fde_span(self.data, offset, self.address, self.big_endian, self.wide,
                         self._encodings)
+
+    def many(self, offsets: Iterable[int]) -> list[tuple[int, int] | None]:
+        return fde_spans(self.data, offsets, self.address, self.big_endian, self.wide,
+                         self._encodings)
 
 
 class BadHdrError(Exception):
@@ -683,6 +688,32 @@ def fde_span(data: bytes, offset: int, address: int, big_endian: bool, wide: boo
         start += address + pos
     mask = (1 << 64) - 1 if wide else (1 << 32) - 1
     return start & mask, size
+
+
+_PCREL_SDATA4 = 0x1B  # what GNU as gives every FDE of .eh_frame ("zR", DW_EH_PE_pcrel|sdata4)
+
+
+def fde_spans(data: bytes, offsets: Iterable[int], address: int, big_endian: bool, wide: bool,
+              encodings: dict[int, int | None]) -> list[tuple[int, int] | None]:
+    """``fde_span`` of each offset: an FDE whose CIE gives ``DW_EH_PE_pcrel |
+    sdata4`` (nearly all) read with one unpack, any other by ``fde_span``."""
+    endian = ">" if big_endian else "<"
+    head = struct.Struct(endian + "IIii")  # length, CIE pointer, pc_begin, pc_range
+    mask = (1 << 64) - 1 if wide else (1 << 32) - 1
+    out: list[tuple[int, int] | None] = []
+    for offset in offsets:
+        try:
+            length, pointer, begin, size = head.unpack_from(data, offset)
+        except struct.error:
+            out.append(None)
+            continue
+        cie = offset + 4 - pointer
+        enc = encodings.get(cie, -1) if 0 < pointer <= offset + 4 else None
+        if enc == _PCREL_SDATA4 and 12 <= length != 0xFFFFFFFF:
+            out.append(((begin + address + offset + 8) & mask, size))
+        else:
+            out.append(fde_span(data, offset, address, big_endian, wide, encodings))
+    return out
 
 
 def _fde_offsets(data: bytes, endian: str) -> list[int]:
@@ -1045,6 +1076,47 @@ class CFITable:
                     return _FDERef(start, start + size, "eh_frame", entry)
             pos -= 1
         return None
+
+    def uncovered(self, pcs: Iterable[int]) -> Iterator[int]:
+        """The PCs of ``pcs`` that no FDE covers (``has_fde`` false), in order.
+
+        For the question a module with both SFrame and CFI is asked (does
+        every SFrame function have CFI?) over all its functions: through the
+        header's table, a PC at which a sized FDE starts is covered at the
+        cost of a set lookup (a twin's every function), and only the others
+        are looked up."""
+        starts = self._sized_starts()
+        for pc in pcs:
+            if (starts is None or pc - self.bias not in starts) and not self.has_fde(pc):
+                yield pc
+
+    def _sized_starts(self) -> frozenset[int] | None:
+        """The header table's starts whose FDE has a size (file addresses),
+        read once; None off the header's path (or when an entry's start is
+        not its FDE's: the full read from then on, as ``_find`` does)."""
+        self._open()
+        hdr = self._hdr
+        if self._index is not None or hdr is None:
+            return None
+        if hdr.sized is None:
+            sized = set()
+            try:
+                spans = hdr.spans.many(hdr.offsets)
+                for start, offset, span in zip(hdr.starts, hdr.offsets, spans, strict=True):
+                    initial, size = span if span is not None else self._span(hdr, offset)
+                    if initial != start:
+                        raise BadHdrError(f"table entry for {start:#x}: its FDE at offset "
+                                          f"{offset:#x} says {initial:#x}")
+                    if size > 0:
+                        sized.add(start)
+            except BadHdrError as exc:
+                self.hdr_problem = str(exc)
+                self._hdr = None
+                return None
+            except foreign_errors() as exc:
+                raise FormatError(f"{self.name}: .eh_frame: {exc}") from None
+            hdr.sized = frozenset(sized)
+        return hdr.sized
 
     def has_fde(self, pc: int) -> bool:
         """Does an ``.eh_frame`` or ``.debug_frame`` FDE cover ``pc``? (Asked of
