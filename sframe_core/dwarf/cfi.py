@@ -724,12 +724,23 @@ def _fde_offsets(data: bytes, endian: str) -> list[int]:
     :raises BadHdrError: an entry runs past the section.
     """
     word, dword = struct.Struct(endian + "I"), struct.Struct(endian + "Q")
+    pair = struct.Struct(endian + "II")  # length, CIE id (0) or pointer (an FDE)
+    unpack_pair, unpack_word = pair.unpack_from, word.unpack_from
     out: list[int] = []
+    append = out.append
     pos, size = 0, len(data)
     while pos < size:
+        if pos + 8 <= size:
+            length, ident = unpack_pair(data, pos)
+            if 4 <= length < 0xFFFFFFF0 and pos + 4 + length <= size:
+                # The common entry, 32-bit: its CIE id or pointer read with the length.
+                if ident:
+                    append(pos)
+                pos += 4 + length
+                continue
         if pos + 4 > size:
             raise BadHdrError(f".eh_frame entry at offset {pos:#x} is truncated")
-        (length,) = word.unpack_from(data, pos)
+        (length,) = unpack_word(data, pos)
         if length == 0:  # a terminator (pyelftools reads on past it, as we do)
             pos += 4
             continue
@@ -743,7 +754,7 @@ def _fde_offsets(data: bytes, endian: str) -> list[int]:
         if length < id_size or end > size:
             raise BadHdrError(f".eh_frame entry at offset {pos:#x} runs past the section")
         if int.from_bytes(data[id_at:id_at + id_size], "little" if endian == "<" else "big"):
-            out.append(pos)
+            append(pos)
         pos = end
     return out
 
@@ -781,11 +792,12 @@ def read_eh_frame_hdr(hdr: bytes, hdr_address: int, eh_frame: bytes, eh_address:
     count, pos = _encoded(hdr, pos, count_enc, endian, hdr_address, hdr_address, wide)
     if pos + 8 * count > len(hdr):
         raise BadHdrError(f"{count} table entries do not fit in {len(hdr)} bytes")
-    pairs = list(struct.iter_unpack(endian + "ii", hdr[pos:pos + 8 * count]))
-    starts = [hdr_address + start for start, _ in pairs]
+    flat = struct.unpack(f"{endian}{2 * count}i", hdr[pos:pos + 8 * count])  # start, fde, ...
+    starts = [hdr_address + start for start in flat[0::2]]
     if starts != sorted(starts):
         raise BadHdrError("table not sorted")
-    offsets = [hdr_address + fde - eh_address for _, fde in pairs]
+    base = hdr_address - eh_address
+    offsets = [base + fde for fde in flat[1::2]]
     listed = set(offsets)
     if len(listed) != len(offsets):
         raise BadHdrError("table lists an FDE twice")
@@ -796,6 +808,8 @@ def read_eh_frame_hdr(hdr: bytes, hdr_address: int, eh_frame: bytes, eh_address:
     omitted = [offset for offset in fdes if offset not in listed]
     if len(omitted) > MAX_OMITTED:
         raise BadHdrError(f"table omits {len(omitted)} of the {len(fdes)} FDEs")
+    if len(set(starts)) == len(starts):
+        return starts, offsets, omitted  # sorted and distinct: in (start, offset) order already
     ordered = sorted(zip(starts, offsets, strict=True))
     return [start for start, _ in ordered], [offset for _, offset in ordered], omitted
 
