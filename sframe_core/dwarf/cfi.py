@@ -591,19 +591,6 @@ def _encoded(data: bytes, pos: int, enc: int, endian: str, address: int, hdr_add
     return value & ((1 << 64) - 1 if wide else (1 << 32) - 1), pos + layout.size
 
 
-def _uleb_at(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise IndexError("truncated LEB128")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, pos
-
-
 # DW_EH_PE value formats a CIE's 'R' or 'P' encoding may name, -> struct code.
 _FDE_FORMATS = {0x02: "H", 0x03: "I", 0x04: "Q", 0x09: "", 0x0A: "h", 0x0B: "i", 0x0C: "q"}
 
@@ -622,15 +609,15 @@ def _cie_encoding(data: bytes, cie: int, endian: str, wide: bool) -> int | None:
         pos = nul + 1
         if version >= 4:
             pos += 2  # address_size, segment_selector_size
-        _, pos = _uleb_at(data, pos)  # code alignment
-        _, pos = _uleb_at(data, pos)  # data alignment (sleb: the same length)
+        _, pos = _leb(data, pos, False)  # code alignment
+        _, pos = _leb(data, pos, True)  # data alignment
         if version == 1:
             pos += 1
         else:
-            _, pos = _uleb_at(data, pos)
+            _, pos = _leb(data, pos, False)
         if not augmentation.startswith(b"z"):
             return 0x00 if not augmentation else None  # absptr; "eh" and others: pyelftools
-        _, pos = _uleb_at(data, pos)
+        _, pos = _leb(data, pos, False)
         for letter in augmentation[1:]:
             if letter == ord("R"):
                 return data[pos] if pos < end else None
