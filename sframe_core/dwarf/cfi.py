@@ -641,8 +641,8 @@ def fde_span(data: bytes, offset: int, address: int, big_endian: bool, wide: boo
              encodings: dict[int, int | None] | None = None) -> tuple[int, int] | None:
     """(initial location, address range) of the ``.eh_frame`` FDE at ``offset``
     (the section at ``address``), from its header alone: what pyelftools'
-    full parse of the entry gives for them, without its instructions (a
-    thousandth of the time). None where this reader does not take the FDE
+    full parse of the entry gives for them, without parsing its instructions
+    or building its objects. None where this reader does not take the FDE
     or its CIE (64-bit lengths, indirect or relative-to-text encodings,
     augmentations it does not know): the caller parses it then.
     ``encodings``: CIE offset -> its encoding, kept across calls."""

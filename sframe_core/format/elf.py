@@ -113,17 +113,17 @@ class ElfSFrame(NamedTuple):
         except FormatError as exc:
             raise FormatError(f"{self.path}: .sframe: {exc}") from None
         section.absolute_tables = self.elf_type == "ET_EXEC" and base == self.sframe_address
-        section.pointers = self.pointer_reader(base - self.sframe_address)
+        section.pointers = self.pointer_reader(base - self.sframe_address, whole=whole)
         return section
 
-    def pointer_reader(self, bias: int) -> PointerReader | None:
+    def pointer_reader(self, bias: int, *, whole: bool = False) -> PointerReader | None:
         """Reads ``count`` 64-bit words at a runtime address as they will be
         once the file is loaded at ``bias``: an executable's as the file holds
         them; a PIE's from its relative relocations where it has one (the file
         holds no final address there), else as the file holds them. None when
         that cannot be known: another relocation on a word, packed (RELR)
-        relocations, no section headers."""
-        read = self.code_reader(bias)
+        relocations, no section headers. ``whole``: as ``code_reader``'s."""
+        read = self.code_reader(bias, whole=whole)
         if read is None:
             return None
         word = ">Q" if self.big_endian else "<Q"
