@@ -50,7 +50,7 @@ from ..base.rows import SAME, CFARule, Rule, RuleKind
 from .aarch64 import aarch64_jump_tables
 from .amd64 import amd64_jump_tables
 from .decoders import decoder_for
-from .effects import Base, Effect, Flow
+from .effects import Base, Effect, Flow, _new  # _new: records without NamedTuple's __new__
 from .results import (
     INDIRECT,
     UNREAD,
@@ -73,9 +73,6 @@ MAX_BYTES = 512 * 1024
 MAX_INSNS = 60_000
 
 Regs = tuple[tuple[int, Rule], ...]
-# A record from its fields in order, without NamedTuple's Python-level __new__
-# (the dataflow makes a state per instruction it changes).
-_new = tuple.__new__
 
 
 class Span(NamedTuple):

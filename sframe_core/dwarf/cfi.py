@@ -569,13 +569,23 @@ _HDR_VERSION = 1
 MAX_OMITTED = 1024
 
 
+def _value_format(enc: int, wide: bool) -> str | None:
+    """The ``struct`` code of a DW_EH_PE value format (absptr: the address
+    size), or None for one this reader does not take (LEB128, signed or not)."""
+    return _EH_PE_FORMATS.get(enc & 0x0F, ("Q" if wide else "I") if enc & 0x0F == 0 else None)
+
+
+def _address_mask(wide: bool) -> int:
+    return (1 << 64) - 1 if wide else (1 << 32) - 1
+
+
 def _encoded(data: bytes, pos: int, enc: int, endian: str, address: int, hdr_address: int,
              wide: bool) -> tuple[int, int]:
     """One DW_EH_PE-encoded header value at ``pos`` -> (value, next pos).
 
     :raises BadHdrError: an encoding this reader does not take, or no room.
     """
-    fmt = _EH_PE_FORMATS.get(enc & 0x0F, ("Q" if wide else "I") if enc & 0x0F == 0 else None)
+    fmt = _value_format(enc, wide)
     application = enc & 0x70
     if fmt is None or enc & 0x80 or application not in (_EH_PE_ABS, _EH_PE_PCREL,
                                                            _EH_PE_DATAREL):
@@ -588,11 +598,7 @@ def _encoded(data: bytes, pos: int, enc: int, endian: str, address: int, hdr_add
         value += address + pos
     elif application == _EH_PE_DATAREL:
         value += hdr_address
-    return value & ((1 << 64) - 1 if wide else (1 << 32) - 1), pos + layout.size
-
-
-# DW_EH_PE value formats a CIE's 'R' or 'P' encoding may name, -> struct code.
-_FDE_FORMATS = {0x02: "H", 0x03: "I", 0x04: "Q", 0x09: "", 0x0A: "h", 0x0B: "i", 0x0C: "q"}
+    return value & _address_mask(wide), pos + layout.size
 
 
 def _cie_encoding(data: bytes, cie: int, endian: str, wide: bool) -> int | None:
@@ -624,10 +630,8 @@ def _cie_encoding(data: bytes, cie: int, endian: str, wide: bool) -> int | None:
             if letter == ord("L"):
                 pos += 1
             elif letter == ord("P"):
-                enc = data[pos]
-                fmt = _FDE_FORMATS.get(enc & 0x0F, ("Q" if wide else "I") if enc & 0x0F == 0
-                                       else None)
-                if fmt is None or fmt == "":
+                fmt = _value_format(data[pos], wide)
+                if fmt is None:
                     return None
                 pos += 1 + struct.calcsize(fmt)
             elif letter not in b"SBG":
@@ -660,8 +664,8 @@ def fde_span(data: bytes, offset: int, address: int, big_endian: bool, wide: boo
             enc = encodings[cie] = _cie_encoding(data, cie, endian, wide)
         if enc is None:
             return None
-        fmt = _FDE_FORMATS.get(enc & 0x0F, ("Q" if wide else "I") if enc & 0x0F == 0 else None)
-        if fmt is None or fmt == "" or enc & 0x80 or enc & 0x70 not in (_EH_PE_ABS, _EH_PE_PCREL):
+        fmt = _value_format(enc, wide)
+        if fmt is None or enc & 0x80 or enc & 0x70 not in (_EH_PE_ABS, _EH_PE_PCREL):
             return None
         field = struct.Struct(endian + fmt)
         pos = offset + 8
@@ -673,8 +677,7 @@ def fde_span(data: bytes, offset: int, address: int, big_endian: bool, wide: boo
         return None
     if enc & 0x70 == _EH_PE_PCREL:
         start += address + pos
-    mask = (1 << 64) - 1 if wide else (1 << 32) - 1
-    return start & mask, size
+    return start & _address_mask(wide), size
 
 
 _PCREL_SDATA4 = 0x1B  # what GNU as gives every FDE of .eh_frame ("zR", DW_EH_PE_pcrel|sdata4)
@@ -686,7 +689,7 @@ def fde_spans(data: bytes, offsets: Iterable[int], address: int, big_endian: boo
     sdata4`` (nearly all) read with one unpack, any other by ``fde_span``."""
     endian = ">" if big_endian else "<"
     head = struct.Struct(endian + "IIii")  # length, CIE pointer, pc_begin, pc_range
-    mask = (1 << 64) - 1 if wide else (1 << 32) - 1
+    mask = _address_mask(wide)
     out: list[tuple[int, int] | None] = []
     for offset in offsets:
         try:
@@ -1028,8 +1031,7 @@ class CFITable:
             try:
                 return self._find_in_hdr(self._hdr, addr, entry)
             except BadHdrError as exc:
-                self.hdr_problem = str(exc)
-                self._hdr = None
+                self._distrust(exc)
         index = self._load()
         pos = bisect.bisect_right(index.starts, addr) - 1
         # Overlaps are rare (a .debug_frame FDE under an .eh_frame one, or the
@@ -1091,6 +1093,11 @@ class CFITable:
             if (starts is None or pc - self.bias not in starts) and not self.has_fde(pc):
                 yield pc
 
+    def _distrust(self, exc: BadHdrError) -> None:
+        """A check of the header's table failed on first use: the full read from now on."""
+        self.hdr_problem = str(exc)
+        self._hdr = None
+
     def _sized_starts(self) -> frozenset[int] | None:
         """The header table's starts whose FDE has a size (file addresses),
         read once; None off the header's path (or when an entry's start is
@@ -1111,8 +1118,7 @@ class CFITable:
                     if size > 0:
                         sized.add(start)
             except BadHdrError as exc:
-                self.hdr_problem = str(exc)
-                self._hdr = None
+                self._distrust(exc)
                 return None
             except foreign_errors() as exc:
                 raise FormatError(f"{self.name}: .eh_frame: {exc}") from None
