@@ -191,6 +191,13 @@ def test_remaining_is_the_pace_since_the_fdes_began(monkeypatch: pytest.MonkeyPa
     job._progress = (128, 705, 100.4)
     monkeypatch.setattr(jobs.time, "monotonic", lambda: 100.45)
     assert job.remaining() == pytest.approx(0.1 * 577 / 128 - 0.05)
+    # 128 done only 0.5 s after they began (the debugger's launch had the
+    # CPUs): the rest at the pace of a worker alone, which a stop gives it.
+    job._progress = (128, 705, 100.8)
+    monkeypatch.setattr(jobs.time, "monotonic", lambda: 100.85)
+    alone = (expected - jobs.WORKER_START_SECONDS) * 577 / 705
+    assert alone < 0.5 * 577 / 128 - 0.05
+    assert job.remaining() == pytest.approx(alone)
 
 
 @pytest.mark.parametrize("env,running,bound", [
