@@ -15,7 +15,13 @@ process, as the debugger adapters' worker makes it:
 - ``empty``: a cache without A's results (a first build);
 - ``reuse``: a cache holding A's results;
 - and for reference ``none``: no callee-saved register analysis at all
-  (``SAVED_REGISTERS`` off: rows, encoding, copying; what no store can save).
+  (``SAVED_REGISTERS`` off: rows, encoding, copying; what no store can save),
+  and ``native``: the amd64 analysis in C (``sframe_core/analysis/native``),
+  which keeps no results (it costs less than a kept one).
+
+The store keeps what the Python analysis makes, so ``off``, ``empty`` and
+``reuse`` run it alone (``SFRAME_NATIVE=0``): where the C analysis serves
+a function, nothing is kept or reused for it.
 
 Each with ``--jobs 1`` (CPU seconds of the process) and with the default
 (wall seconds, worker processes included on the machine's cores). The
@@ -49,13 +55,14 @@ wall, cpu = time.perf_counter(), time.process_time()
 made = symbol_file_for(sys.argv[1], cache=sys.argv[2], jobs=int(sys.argv[3]))
 print(time.perf_counter() - wall, time.process_time() - cpu, fdes, made.cached, made.path)
 """
-VARIANTS = ("off", "empty", "reuse", "none")
+VARIANTS = ("off", "empty", "reuse", "none", "native")
 
 
 def make(module: Path, cache: Path, jobs: int, *, off: bool = False,
-         saved: bool = True) -> tuple[float, float, int, Path]:
+         saved: bool = True, native: bool = False) -> tuple[float, float, int, Path]:
     """(wall, CPU seconds, FDEs, symbol file) of ``symbol_file_for`` in a fresh process."""
-    env = {**os.environ, "SFRAME_ANALYSIS_CACHE": "0" if off else "1"}
+    env = {**os.environ, "SFRAME_ANALYSIS_CACHE": "0" if off else "1",
+           "SFRAME_NATIVE": "1" if native else "0"}
     out = subprocess.run([sys.executable, "-c", _MAKE, str(module), str(cache), str(jobs),
                           "on" if saved else "off"],
                          cwd=ROOT, capture_output=True, text=True, check=True, env=env).stdout
@@ -100,7 +107,7 @@ def measure(size: int, a: Path, b: Path, runs: int, work: Path) -> bool:
                     shutil.copy(kept[0], cache / kept[0].name)
                 count = jobs or _default_jobs()
                 wall, cpu, fdes, path = make(module, cache, count, off=variant == "off",
-                                             saved=variant != "none")
+                                             saved=variant != "none", native=variant == "native")
                 times[variant].append(cpu if jobs == 1 else wall)
                 if variant != "none":  # other rules: another file
                     files.add(path.read_bytes())
@@ -111,7 +118,7 @@ def measure(size: int, a: Path, b: Path, runs: int, work: Path) -> bool:
         print(f"  {label}: off {median['off']:.2f} s, empty {median['empty']:.2f} s, "
               f"reuse {median['reuse']:.2f} s ({median['reuse'] / fdes * 1e3:.3f} ms per function); "
               f"off / reuse {median['off'] / median['reuse']:.2f}x; no analysis at all "
-              f"{median['none']:.2f} s; "
+              f"{median['none']:.2f} s; the C analysis {median['native']:.2f} s; "
               f"{'same bytes' if same else 'DIFFERENT BYTES'}", flush=True)
     print(f"  ({fdes} FDEs; kept results from A: {kept[0].stat().st_size} bytes)", flush=True)
     return ok

@@ -83,6 +83,10 @@ else
   step "  (no pyproject.toml yet: installing test deps only)"
   q "$VENV/bin/python" -m pip install pytest pexpect hypothesis pyelftools
 fi
+# the C saved-register analysis for amd64 (against capstone's own headers;
+# without it the Python analysis serves, slower)
+step "build the native analysis (sframe_core/analysis/native)"
+q "$VENV/bin/python" -m sframe_core.analysis.native
 
 # ---------------------------------------------------------------- 3. debuggers
 DBG="$REPO/.debuggers"

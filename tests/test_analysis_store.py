@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from helpers import ROOT, bench_scale
 
-from sframe_core.analysis import results, saved
+from sframe_core.analysis import native, results, saved
 from sframe_core.analysis.saved import Analysis, analyse
 from sframe_core.base.abi import AMD64
 from sframe_core.base.rows import CFARule
@@ -30,6 +30,18 @@ from sframe_core.symfiles import analysis_store, symfile
 from sframe_core.symfiles.analysis_store import AnalysisStore
 
 FUNCTIONS = 300  # above analysis_store.MIN_FDES with the chain and main
+
+
+@pytest.fixture(autouse=True)
+def _python_analysis() -> Iterator[None]:
+    """The store keeps what the Python analysis makes: the C one
+    (``analysis.native``), where it serves, is cheaper than a kept result
+    and keeps none, so these tests run without it (a patch of its own: the
+    tests' ``monkeypatch.undo()`` leaves it)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native, "USE", False)
+        patch.setenv(native.ENV, "0")
+        yield
 EDITED = 100
 TAG = f"sframe-gdb symbol file {symfile.GENERATOR}"
 

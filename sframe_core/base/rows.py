@@ -26,6 +26,11 @@ class RuleKind(enum.Enum):
     IN_REG = "in_reg"  # R[reg] + offset         DW_CFA_register
     AT_REG = "at_reg"  # load(R[reg] + offset)   DW_CFA_expression (breg; deref)
 
+    # Members are singletons compared by identity: hashed by it too, in C,
+    # where Enum's own hash runs Python code (a symbol file hashes every
+    # row's rules: the encoder keeps one program per shape of rows).
+    __hash__ = object.__hash__
+
 
 class Rule(NamedTuple):
     kind: RuleKind

@@ -63,6 +63,11 @@ class Lookup(NamedTuple):
     row: Row
 
 
+def _new_row(fields: tuple[object, ...]) -> Row:
+    """A ``Row`` from all its fields in order, without NamedTuple's Python-level ``__new__``."""
+    return tuple.__new__(Row, fields)
+
+
 class SFrameSection:
     """One SFrame section at a known address.
 
@@ -306,8 +311,10 @@ class SFrameSection:
             end = fde.start + (following if following is not None else fde.size)
         return Lookup(fde, fre, rules, self._row(fde, fre, rules, start, end, pc))
 
-    def _rules_for(self, fde: FDE, fre: FRE) -> FRERules:
-        key = (fde.flex, fre.info & 0x7F, fre.words, fre.word_size)
+    def _rules_for(self, fde: FDE, fre: FRE, flex: bool | None = None) -> FRERules:
+        """``fre_rules`` of ``fre``, kept by what they depend on (``flex``:
+        ``fde.flex``, for a caller that asks for every FRE of an FDE)."""
+        key = (fde.flex if flex is None else flex, fre.info & 0x7F, fre.words, fre.word_size)
         rules = self._rules.get(key)
         if rules is None:
             rules = fre_rules(self.header, fde, fre, self.arch)
@@ -353,15 +360,27 @@ class SFrameSection:
         fres = self.get_fres(fde)
         saved = self.saved_analysis(fde) if fres and self._wants_saved(fde) else None
         rows: list[Row] = []
+        signal = self.header.version == 3 and fde.signal
+        flex = fde.flex
         for k, fre in enumerate(fres):
             start = base + fre.start
             end = min(base + fres[k + 1].start if k + 1 < len(fres) else limit, limit)
-            rules = self._rules_for(fde, fre)
+            if start >= end:
+                continue
+            # ``_row``'s fields, made once per FRE: a symbol file asks for
+            # every row of every function.
+            rules = self._rules_for(fde, fre, flex)
+            head = (fde.start, correct_cfa(self.arch, fde, rules.cfa), rules.ra, rules.fp)
+            tail = (fre.mangled_ra, rules.outermost, signal, "sframe")
+            if saved is None:
+                rows.append(_new_row((start, end, *head, (), *tail)))
+                continue
             pc = start
             while pc < end:
-                row = self._row(fde, fre, rules, pc, end, None if saved is None else pc, saved)
-                rows.append(row)
-                pc = row.end
+                regs, lo, hi = saved.regs_at(pc)
+                lo, hi = max(pc, lo), min(end, hi)
+                rows.append(_new_row((lo, hi, *head, regs, *tail)))
+                pc = hi
         return rows
 
     def analysed(self, fde: FDE) -> Analysis | None:
@@ -394,8 +413,9 @@ class SFrameSection:
         else:
             fres = self.get_fres(fde)
             cfas: list[tuple[int, CFARule | None]] = []
+            flex = fde.flex
             for fre in fres:
-                rules = self._rules_for(fde, fre)  # the rules the rows have
+                rules = self._rules_for(fde, fre, flex)  # the rules the rows have
                 cfas.append((fde.start + fre.start, correct_cfa(self.arch, fde, rules.cfa)))
             starts = [s for s, _ in cfas]
 

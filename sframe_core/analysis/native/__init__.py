@@ -1,0 +1,292 @@
+"""The amd64 saved-register analysis in C (``amd64.c``), where a C compiler made it.
+
+The Python analysis (``saved.analyse`` over ``amd64.py``'s effects) costs
+about 0.3 ms per function, most of a symbol file's time: LLDB 23 waits for
+the whole file of a module with debug information, so a large program's
+first stop waited seconds. ``amd64.c`` is the same analysis (capstone's
+detailed decode as ``AMD64._effect`` reads it, the same dataflow, spans and
+exits, gcc's jump tables read the way ``amd64_jump_tables`` reads them)
+for the functions it covers: entered at their first instruction, with no
+indirect jump other than such a table. It declines the rest, and
+``saved.analyse`` runs as before, so every result is the one the Python
+gives (``tests/test_native.py`` holds it to that on every amd64 function of
+the fixtures, the real programs and the host's libc and loader).
+
+It is compiled against the headers that come with capstone's Python binding
+and calls that binding's own library, which it loads itself, privately (the
+same capstone, so the same decoding). Built once per checkout or
+installation (``python -m sframe_core.analysis.native`` does it; setup.sh
+runs that), else at first use where a compiler is found (outside a
+debugger's own process: a symbol-file worker, the command line), beside
+this file or, where that is not writable, in the user's cache; without a
+compiler, or with ``SFRAME_NATIVE=0``, there is none and the Python analysis
+serves all.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from array import array
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...base.rows import SAME, CFARule, Rule, RuleKind
+
+if TYPE_CHECKING:
+    from ..saved import Analysis
+
+__all__ = ["ENV", "USE", "available", "analyse", "build", "library_path"]
+
+ENV = "SFRAME_NATIVE"
+# Whether ``saved.analyse`` asks the C first (tests of the Python analysis
+# itself turn it off; ``SFRAME_NATIVE=0`` does for a session).
+USE = os.environ.get(ENV, "").strip() != "0"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCE = os.path.join(_HERE, "amd64.c")
+_NONE = -(1 << 63)
+_TRACKED = (3, 12, 13, 14, 15)  # effects.CALLEE_SAVED["amd64"], the C's order
+_SPAN = 2 + 2 * len(_TRACKED)
+_EXIT = 4 + 3 * len(_TRACKED)
+_DECLINE, _SMALL = -1, -3
+
+_lib: Any = None
+_tried = False
+_out = array("q")  # the C's answers (grown to fit the largest function asked)
+# A span's rules by the C's words for them: spans mostly repeat a few.
+_regs: dict[tuple[int, ...], tuple[tuple[int, Rule], ...]] = {}
+_READ = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p)
+# The reader of the function being analysed (``analyse``'s ``read``), and
+# whether it failed: the C asks it for jump tables through ``_read``.
+_NO_READ = _READ()  # NULL: no table is read
+_reader: list[Callable[[int, int], bytes | None] | None] = [None]
+_failed = [False]
+
+
+@_READ
+def _read(address: int, size: int, out: int) -> int:
+    """The C's ``read``: the file's bytes at ``address``, 1; 0 where there are none.
+    Nothing may leave a ctypes callback: a reader that raises makes the C's
+    answer void (``analyse`` then declines, and the Python analysis raises it)."""
+    try:
+        reader = _reader[0]
+        data = None if reader is None else reader(address, size)
+        if data is None or len(data) != size:
+            return 0
+        ctypes.memmove(out, data, size)
+        return 1
+    except BaseException:  # noqa: BLE001 - see above
+        _failed[0] = True
+        return 0
+
+
+def _capstone() -> tuple[str, str] | None:
+    """(the include directory, the library) of capstone's Python binding."""
+    try:
+        import capstone
+    except Exception:  # noqa: BLE001 - no binding: no analysis at all
+        return None
+    root = os.path.dirname(os.path.abspath(capstone.__file__))
+    include, lib = os.path.join(root, "include"), os.path.join(root, "lib", "libcapstone.so")
+    if not os.path.isfile(os.path.join(include, "capstone", "capstone.h")) or not os.path.isfile(lib):
+        return None
+    return include, lib
+
+
+def library_path() -> str | None:
+    """Where the built library for this source and this capstone is (or goes)."""
+    found = _capstone()
+    if found is None:
+        return None
+    include, lib = found
+    with open(_SOURCE, "rb") as stream:
+        source = stream.read()
+    stat = os.stat(lib)
+    key = hashlib.sha256(source + f"\n{lib}\n{stat.st_size}\n{stat.st_mtime_ns}".encode()).hexdigest()
+    name = f"amd64-{key[:16]}.so"
+    for directory in (os.path.join(_HERE, "_build"), _user_dir()):
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate):
+            return candidate
+    here = os.path.join(_HERE, "_build")
+    writable = os.access(_HERE, os.W_OK) and (not os.path.exists(here) or os.access(here, os.W_OK))
+    return os.path.join(here if writable else _user_dir(), name)
+
+
+def _user_dir() -> str:
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(home, "sframe-gdb", "native")
+
+
+def build() -> str | None:
+    """Compile ``amd64.c`` if it is not built yet; its path, or None (no
+    compiler, no capstone headers, or the compiler failed)."""
+    target = library_path()
+    found = _capstone()
+    if target is None or found is None:
+        return None
+    if os.path.isfile(target):
+        return target
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    try:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".amd64-", suffix=".so", dir=os.path.dirname(target))
+        os.close(fd)
+    except OSError:
+        return None
+    try:
+        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-I", found[0], "-o", tmp,
+                               _SOURCE, "-ldl"], stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=60, check=False)
+        if done.returncode != 0:
+            return None
+        os.replace(tmp, target)
+        _forget_others(target)
+        return target
+    except (OSError, subprocess.SubprocessError):
+        return None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _forget_others(kept: str) -> None:
+    """Remove the builds of other sources or capstones beside ``kept`` (a
+    process that loaded one keeps its mapping)."""
+    directory = os.path.dirname(kept)
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith("amd64-") and name.endswith(".so") and name != os.path.basename(kept):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
+
+
+def available() -> bool:
+    """Is the C analysis here (built now if a compiler can), and not turned off?"""
+    global _lib, _tried
+    if _lib is not None:
+        return True
+    if _tried or not USE:
+        return False
+    _tried = True
+    found = _capstone()
+    # A debugger's own process never runs the compiler (a pause of a second
+    # at some first frame): it takes a build that is there, which setup.sh,
+    # the command line or any symbol-file worker leaves.
+    inside = "gdb" in sys.modules or "lldb" in sys.modules
+    path = library_path() if inside else build()
+    if found is None or path is None or not os.path.isfile(path):
+        return False
+    try:
+        lib = ctypes.CDLL(path)
+        lib.sf_amd64_init.argtypes = [ctypes.c_char_p]
+        if lib.sf_amd64_init(os.fsencode(found[1])) != 0:  # the binding's own capstone
+            return False
+        lib.sf_amd64_analyse.restype = ctypes.c_long
+        lib.sf_amd64_analyse.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64,
+                                         ctypes.c_void_p, ctypes.c_long, _READ, ctypes.c_void_p,
+                                         ctypes.c_long]
+    except (OSError, AttributeError):
+        return False
+    _lib = lib
+    return True
+
+
+def _regs_of(words: tuple[int, ...]) -> tuple[tuple[int, Rule], ...]:
+    """A span's rules from the C's kind and offset per tracked register."""
+    regs: list[tuple[int, Rule]] = []
+    for i, reg in enumerate(_TRACKED):
+        kind = words[2 * i]
+        if kind == 1:
+            regs.append((reg, SAME))
+        elif kind == 2:
+            regs.append((reg, Rule(RuleKind.AT_CFA, words[2 * i + 1])))
+    return tuple(regs)
+
+
+def analyse(code: bytes, start: int, rows: Sequence[tuple[int, CFARule | None]],
+            read: Callable[[int, int], bytes | None] | None = None) -> Analysis | None:
+    """``saved.analyse``'s result for an amd64 function entered at ``start``
+    whose first row is a function entry, or None where the C declines (the
+    Python analysis then decides). ``read(address, size)``: the file's bytes,
+    for jump tables (None: a function with an indirect jump is declined)."""
+    global _out
+    from ..saved import Analysis, Span, _new, _State
+
+    if _lib is None and not available():
+        return None
+    words: list[int] = []
+    for at, cfa in rows:  # each row's anchor (saved._anchor)
+        if cfa is None or cfa.deref or cfa.reg not in (6, 7):
+            words += (at, _NONE, _NONE)
+        elif cfa.reg == 7:
+            words += (at, -cfa.offset, _NONE)
+        else:
+            words += (at, _NONE, -cfa.offset)
+    packed = array("q", words)
+    want = 1024 + 64 * len(code)
+    if len(_out) < want:
+        _out = array("q", bytes(8 * want))
+    _reader[0], _failed[0] = read, False
+    try:
+        while True:
+            answer = _lib.sf_amd64_analyse(code, len(code), start, packed.buffer_info()[0],
+                                           len(rows), _read if read is not None else _NO_READ,
+                                           _out.buffer_info()[0], len(_out))
+            if answer != _SMALL:
+                break
+            _out = array("q", bytes(16 * len(_out)))
+    finally:
+        _reader[0] = None
+    if answer < 0 or _failed[0]:
+        return None
+    out = _out[:answer].tolist()
+    spans = []
+    pos = 1
+    made = _regs
+    for _ in range(out[0]):
+        key = tuple(out[pos + 2:pos + _SPAN])
+        regs = made.get(key)
+        if regs is None:
+            if len(made) >= 4096:
+                made.clear()
+            regs = made[key] = _regs_of(key)
+        spans.append(_new(Span, (out[pos], out[pos + 1], regs)))
+        pos += _SPAN
+    exits = []
+    count, pos = out[pos], pos + 1
+    for _ in range(count):
+        target = out[pos]
+        state = None
+        if out[pos + 1]:
+            w = out[pos + 2:pos + _EXIT]
+            state = _new(_State, (None if w[0] == _NONE else w[0], None if w[1] == _NONE else w[1],
+                                  tuple((None if w[2 + 3 * i] == _NONE else w[2 + 3 * i],
+                                         bool(w[3 + 3 * i]), bool(w[4 + 3 * i]), None)
+                                        for i in range(len(_TRACKED))), None))
+        exits.append((None if target == _NONE else target, state))
+        pos += _EXIT
+    return Analysis(tuple(spans), "", tuple(exits))
+
+
+def main() -> int:
+    """Build the library (setup.sh); say where it is, or why there is none."""
+    path = build()
+    if path is None:
+        print("sframe: no native amd64 analysis (no C compiler, or capstone without its headers); "
+              "the Python analysis serves", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
