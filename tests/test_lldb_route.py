@@ -634,8 +634,9 @@ def test_module_served_until_its_symbol_file_is_ready(version: str, tmp_path: Pa
 def test_large_debug_info_module_late_add(version: str, tmp_path: Path) -> None:
     """lua5.4 -O2 -g (705 FDEs: a worker by default), ``b luaV_concat`` before
     ``run``. LLDB 22: the provider's frames are the twin's, inlined ones
-    included; once the file is ready it is added and the caller frame's
-    structure prints as the twin's. LLDB 23 would print it as ``<incomplete
+    included; once the file is ready it is added (at the first stop already
+    when the worker was done by then) and the caller frame's structure
+    prints as the twin's. LLDB 23 would print it as ``<incomplete
     type>`` after a late add (its types were read from the module's own DWARF
     for the breakpoint), so there a module with debug information gets its
     file before LLDB goes on (the twin's session from the first stop), and
@@ -658,8 +659,13 @@ def test_large_debug_info_module_late_add(version: str, tmp_path: Path) -> None:
         first = session.cmd("bt 8")
         assert _full(first, binary.name, twin.name) == want, first
         if version == "22":
-            assert "[synthetic]" in first, first
-            status = _until_added(session)
+            # The provider's frames, unless the worker (0.3 s alone with the
+            # C analysis) was done by the breakpoint's stop and its file was
+            # added there: late all the same, after ``b`` read types.
+            if "[synthetic]" in first:
+                status = _until_added(session)
+            else:
+                status = session.cmd("sframe status")
         else:
             assert "[synthetic]" not in first, first
             status = session.cmd("sframe status")

@@ -187,15 +187,17 @@ def test_remaining_is_the_pace_since_the_fdes_began(monkeypatch: pytest.MonkeyPa
     job._begun = 100.3
     monkeypatch.setattr(jobs.time, "monotonic", lambda: 100.35)
     assert job.remaining() == pytest.approx(100.3 + expected - jobs.WORKER_START_SECONDS - 100.35)
-    # 128 of 705 done 0.1 s after the FDEs began, asked 0.05 s later.
-    job._progress = (128, 705, 100.4)
-    monkeypatch.setattr(jobs.time, "monotonic", lambda: 100.45)
-    assert job.remaining() == pytest.approx(0.1 * 577 / 128 - 0.05)
+    # 128 of 705 done 0.02 s after the FDEs began, asked 0.01 s later: the
+    # pace so far, sooner than a worker alone was expected to be.
+    alone = (expected - jobs.WORKER_START_SECONDS) * 577 / 705
+    job._progress = (128, 705, 100.32)
+    monkeypatch.setattr(jobs.time, "monotonic", lambda: 100.33)
+    assert 0.02 * 577 / 128 - 0.01 < alone
+    assert job.remaining() == pytest.approx(0.02 * 577 / 128 - 0.01)
     # 128 done only 0.5 s after they began (the debugger's launch had the
     # CPUs): the rest at the pace of a worker alone, which a stop gives it.
     job._progress = (128, 705, 100.8)
     monkeypatch.setattr(jobs.time, "monotonic", lambda: 100.85)
-    alone = (expected - jobs.WORKER_START_SECONDS) * 577 / 705
     assert alone < 0.5 * 577 / 128 - 0.05
     assert job.remaining() == pytest.approx(alone)
 
@@ -227,3 +229,20 @@ def test_process_seconds_is_this_process_age() -> None:
                           "from sframe_core.symfiles.jobs import _process_seconds; "
                           "print(_process_seconds())"], capture_output=True, text=True, check=True)
     assert 0.5 <= float(age.stdout) < 30, age.stdout
+
+
+def test_a_worker_is_expected_sooner_where_the_c_analysis_serves(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The size estimate (before a worker reports) takes the C analysis's
+    pace on amd64 where it is built, the Python's elsewhere and without it."""
+    from sframe_core.analysis import native
+    from sframe_core.symfiles import jobs
+
+    monkeypatch.setattr(native, "built", lambda: True)
+    assert jobs._per_code_byte("amd64") == jobs.SECONDS_PER_CODE_BYTE_NATIVE
+    assert jobs._per_code_byte("aarch64") == jobs.SECONDS_PER_CODE_BYTE
+    monkeypatch.setattr(native, "built", lambda: False)
+    assert jobs._per_code_byte("amd64") == jobs.SECONDS_PER_CODE_BYTE
+    monkeypatch.undo()
+    monkeypatch.setattr(native, "USE", False)
+    assert not native.built()

@@ -61,6 +61,10 @@ PROGRESS = "progress"
 # start-up; generated programs about half as much per byte).
 WORKER_START_SECONDS = 0.1
 SECONDS_PER_CODE_BYTE = 6.5e-6
+# The same with the amd64 analysis in C (``sframe_core.analysis.native``)
+# built: lua5.4's worker 0.29 s wall on two CPUs (6 December 2026), a little
+# more per byte here (a worker expected too soon is waited for in vain).
+SECONDS_PER_CODE_BYTE_NATIVE = 2.5e-6
 # A worker expected to be done within this long is waited for at a stop
 # (``Job.result_at_stop``: once per worker, for at most twice as long): its
 # file then serves the stop's ``bt`` with the debugger's own frames, as on
@@ -135,7 +139,15 @@ def _expected_seconds(path: str) -> float:
         return WORKER_START_SECONDS
     code = sum(seg.filesz for seg in elf.segments if seg.executable)
     workers = default_jobs() if found.num_fdes >= PARALLEL_MIN_FDES else 1
-    return WORKER_START_SECONDS + code * SECONDS_PER_CODE_BYTE / max(1, workers)
+    return WORKER_START_SECONDS + code * _per_code_byte(found.arch.name) / max(1, workers)
+
+
+def _per_code_byte(abi: str) -> float:
+    """A worker's seconds of one CPU per byte of code: less where the C analysis serves."""
+    from ..analysis import native
+
+    return SECONDS_PER_CODE_BYTE_NATIVE if abi == "amd64" and native.built() \
+        else SECONDS_PER_CODE_BYTE
 
 
 def _fde_count(path: str) -> int | None:

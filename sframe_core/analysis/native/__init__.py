@@ -41,7 +41,7 @@ from ...base.rows import SAME, CFARule, Rule, RuleKind
 if TYPE_CHECKING:
     from ..saved import Analysis
 
-__all__ = ["ENV", "USE", "available", "analyse", "build", "library_path"]
+__all__ = ["ENV", "USE", "available", "analyse", "build", "built", "library_path"]
 
 ENV = "SFRAME_NATIVE"
 # Whether ``saved.analyse`` asks the C first (tests of the Python analysis
@@ -86,16 +86,31 @@ def _read(address: int, size: int, out: int) -> int:
 
 
 def _capstone() -> tuple[str, str] | None:
-    """(the include directory, the library) of capstone's Python binding."""
+    """(the include directory, the library) of capstone's Python binding
+    (found, not imported: a debugger's stop asks ``built`` early)."""
+    import importlib.util
+
     try:
-        import capstone
-    except Exception:  # noqa: BLE001 - no binding: no analysis at all
+        spec = importlib.util.find_spec("capstone")
+    except (ImportError, ValueError):
         return None
-    root = os.path.dirname(os.path.abspath(capstone.__file__))
+    if spec is None or not spec.origin:
+        return None
+    root = os.path.dirname(os.path.abspath(spec.origin))
     include, lib = os.path.join(root, "include"), os.path.join(root, "lib", "libcapstone.so")
     if not os.path.isfile(os.path.join(include, "capstone", "capstone.h")) or not os.path.isfile(lib):
         return None
     return include, lib
+
+
+def built() -> bool:
+    """Is the C analysis built here and not turned off (without loading it)?"""
+    if not USE:
+        return False
+    if _lib is not None:
+        return True
+    path = library_path()
+    return path is not None and os.path.isfile(path)
 
 
 def library_path() -> str | None:
