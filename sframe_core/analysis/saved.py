@@ -340,19 +340,20 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     ``rows``: the (address, CFA rule) rows ``cfa_at`` answers from, which
     amd64's keys from the bytes need (``results.masked_key``).
     """
+    # The same analysis in C where it covers the function (``native``: a
+    # fraction of the time; it declines the rest). Its result is the one
+    # below, so no kept result is looked up or kept for it, and the Python
+    # decoder is not made for it (capstone's binding imported, two handles).
+    if arch.name == "amd64" and entry is None and rows is not None and native.USE \
+            and len(code) <= MAX_BYTES and cfa_at(start) == entry_cfa(arch):
+        served = native.analyse(code, start, rows, read)
+        if served is not None:
+            return served
     decoder = decoder_for(arch)
     if decoder is None:
         return Analysis((), "no instruction decoder for this ABI")
     if len(code) > MAX_BYTES:
         return Analysis((), f"function larger than {MAX_BYTES} bytes")
-    # The same analysis in C where it covers the function (``native``: a
-    # fraction of the time; it declines the rest). Its result is the one
-    # below, so no kept result is looked up or kept for it.
-    if arch.name == "amd64" and entry is None and rows is not None and native.USE \
-            and cfa_at(start) == entry_cfa(arch):
-        served = native.analyse(code, start, rows, read)
-        if served is not None:
-            return served
     # amd64: keys from the bytes, with the fields other builds found masked
     # (``results.masked_key``): no detailed decoding on a hit. Not for a part
     # given its entry: that is in its ``flow_key`` only (``_qualified``).

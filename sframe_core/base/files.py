@@ -21,7 +21,7 @@ from .errors import FileError, NotELFError
 
 __all__ = ["MAX_SECTION_SIZE", "open_regular", "read_regular", "check_elf_layout", "open_elf",
            "ElfLayout", "SectionHeader", "SegmentHeader", "elf_layout", "notes_build_id",
-           "file_kind"]
+           "file_kind", "cache_root"]
 
 # No real .sframe section comes near this (a 100 MB browser library carries a
 # few MB); anything larger is a lie in a header or not a section at all.
@@ -383,3 +383,10 @@ def notes_build_id(data: bytes, endian: str) -> str | None:
             return data[desc_at:desc_at + descsz].hex()
         pos = end
     return None
+
+
+def cache_root() -> str:
+    """``$XDG_CACHE_HOME/sframe-gdb`` (``~/.cache`` when the variable is unset):
+    the symbol files' cache and the C analysis built for a read-only install."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "sframe-gdb")

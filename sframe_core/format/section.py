@@ -333,18 +333,23 @@ class SFrameSection:
         return self.code is not None and not fde.is_pcmask and self.saves_registers
 
     def _row(self, fde: FDE, fre: FRE, rules: FRERules, start: int, end: int,
-             pc: int | None = None, analysis: Analysis | None = None) -> Row:
+             pc: int | None = None) -> Row:
         """The row of ``fre`` for ``[start, end)``; with ``pc``, narrowed to the
-        span around it where the saved-register rules (saved.py) do not change
-        (``analysis``: the function's, when the caller has it already)."""
+        span around it where the saved-register rules (saved.py) do not change."""
         regs: tuple[tuple[int, Rule], ...] = ()
-        if pc is not None and (analysis is not None or self._wants_saved(fde)):
-            found = analysis if analysis is not None else self.saved_analysis(fde)
-            regs, lo, hi = found.regs_at(pc)
+        if pc is not None and self._wants_saved(fde):
+            regs, lo, hi = self.saved_analysis(fde).regs_at(pc)
             start, end = max(start, lo), min(end, hi)
-        return Row(start, end, fde.start, correct_cfa(self.arch, fde, rules.cfa), rules.ra, rules.fp,
-                   regs, fre.mangled_ra, rules.outermost, self.header.version == 3 and fde.signal,
-                   "sframe")
+        head, tail = self._row_fields(fde, fre, rules)
+        return _new_row((start, end, *head, regs, *tail))
+
+    def _row_fields(self, fde: FDE, fre: FRE, rules: FRERules
+                    ) -> tuple[tuple[object, ...], tuple[object, ...]]:
+        """A row's fields before and after its span and saved-register rules:
+        the same for every row of one FRE (``fde_rows`` makes them once)."""
+        return ((fde.start, correct_cfa(self.arch, fde, rules.cfa), rules.ra, rules.fp),
+                (fre.mangled_ra, rules.outermost, self.header.version == 3 and fde.signal,
+                 "sframe"))
 
     def fde_rows(self, fde: FDE, block: int = 0) -> list[Row]:
         """The rows of one FDE, or of repetition block ``block`` of a PC-mask FDE.
@@ -360,7 +365,6 @@ class SFrameSection:
         fres = self.get_fres(fde)
         saved = self.saved_analysis(fde) if fres and self._wants_saved(fde) else None
         rows: list[Row] = []
-        signal = self.header.version == 3 and fde.signal
         flex = fde.flex
         for k, fre in enumerate(fres):
             start = base + fre.start
@@ -369,9 +373,7 @@ class SFrameSection:
                 continue
             # ``_row``'s fields, made once per FRE: a symbol file asks for
             # every row of every function.
-            rules = self._rules_for(fde, fre, flex)
-            head = (fde.start, correct_cfa(self.arch, fde, rules.cfa), rules.ra, rules.fp)
-            tail = (fre.mangled_ra, rules.outermost, signal, "sframe")
+            head, tail = self._row_fields(fde, fre, self._rules_for(fde, fre, flex))
             if saved is None:
                 rows.append(_new_row((start, end, *head, (), *tail)))
                 continue

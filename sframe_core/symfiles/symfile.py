@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, BinaryIO, NamedTuple, TypeVar
 from ..base.abi import AMD64
 from ..base.errors import FileError, FormatError, SFrameError
 from ..base.files import SectionHeader as _Section
-from ..base.files import notes_build_id
+from ..base.files import cache_root, notes_build_id
 from ..format import saved_registers
 from ..format.elf import ElfSFrame, read_elf
 from ..targets.symbols import DEBUG_ROOTS, SymbolTable
@@ -1001,8 +1001,7 @@ def _source_name(plan: _Plan) -> str | None:
 
 def cache_dir() -> str:
     """``$XDG_CACHE_HOME/sframe-gdb/symbols``, ``~/.cache`` when the variable is unset."""
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "sframe-gdb", "symbols")
+    return os.path.join(cache_root(), "symbols")
 
 
 def _identity(path: str) -> bytes:

@@ -26,6 +26,7 @@ serves all.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import shutil
@@ -36,6 +37,8 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...base.abi import AMD64
+from ...base.files import cache_root
 from ...base.rows import SAME, CFARule, Rule, RuleKind
 
 if TYPE_CHECKING:
@@ -113,17 +116,26 @@ def built() -> bool:
     return path is not None and os.path.isfile(path)
 
 
-def library_path() -> str | None:
-    """Where the built library for this source and this capstone is (or goes)."""
+@functools.cache
+def _name() -> str | None:
+    """The built library's file name: a digest of this source and of the
+    capstone it is built against (read once per process)."""
     found = _capstone()
     if found is None:
         return None
-    include, lib = found
+    lib = found[1]
     with open(_SOURCE, "rb") as stream:
         source = stream.read()
     stat = os.stat(lib)
     key = hashlib.sha256(source + f"\n{lib}\n{stat.st_size}\n{stat.st_mtime_ns}".encode()).hexdigest()
-    name = f"amd64-{key[:16]}.so"
+    return f"amd64-{key[:16]}.so"
+
+
+def library_path() -> str | None:
+    """Where the built library for this source and this capstone is (or goes)."""
+    name = _name()
+    if name is None:
+        return None
     for directory in (os.path.join(_HERE, "_build"), _user_dir()):
         candidate = os.path.join(directory, name)
         if os.path.isfile(candidate):
@@ -134,8 +146,7 @@ def library_path() -> str | None:
 
 
 def _user_dir() -> str:
-    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(home, "sframe-gdb", "native")
+    return os.path.join(cache_root(), "native")
 
 
 def build() -> str | None:
@@ -238,18 +249,14 @@ def analyse(code: bytes, start: int, rows: Sequence[tuple[int, CFARule | None]],
     Python analysis then decides). ``read(address, size)``: the file's bytes,
     for jump tables (None: a function with an indirect jump is declined)."""
     global _out
-    from ..saved import Analysis, Span, _new, _State
+    from ..saved import Analysis, Span, _anchor, _new, _State
 
     if _lib is None and not available():
         return None
     words: list[int] = []
-    for at, cfa in rows:  # each row's anchor (saved._anchor)
-        if cfa is None or cfa.deref or cfa.reg not in (6, 7):
-            words += (at, _NONE, _NONE)
-        elif cfa.reg == 7:
-            words += (at, -cfa.offset, _NONE)
-        else:
-            words += (at, _NONE, -cfa.offset)
+    for at, cfa in rows:  # each row and its anchor, None as the C's NONE
+        sp, fp = _anchor(cfa, AMD64)
+        words += (at, _NONE if sp is None else sp, _NONE if fp is None else fp)
     packed = array("q", words)
     want = 1024 + 64 * len(code)
     if len(_out) < want:

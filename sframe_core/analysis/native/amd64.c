@@ -1,8 +1,9 @@
 /* The saved-register analysis of one amd64 function, in C: the same result
  * as sframe_core/analysis/saved.py's analyse() with amd64.py's detailed
- * effects (AMD64._effect), for a function entered at its first instruction
- * whose code has no indirect jump. Anything else it declines (returns
- * SF_DECLINE) and the Python analysis runs: it never guesses.
+ * effects (AMD64._effect) and jump tables (amd64_jump_tables), for a
+ * function entered at its first instruction whose indirect jumps are all
+ * gcc's tables. Anything else it declines (returns SF_DECLINE) and the
+ * Python analysis runs: it never guesses.
  *
  * It mirrors the Python line by line (the same worklist order, the same
  * meets, the same spans and exits), so the symbol files are byte for byte
