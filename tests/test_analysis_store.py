@@ -116,6 +116,7 @@ def test_workers_use_and_fill_the_store(builds: tuple[Path, Path], tmp_path: Pat
     """``--jobs``: each worker reads the store, the parent writes what they used."""
     a, b = builds
     monkeypatch.setattr(symfile, "PARALLEL_MIN_FDES", 64)
+    monkeypatch.setattr(symfile, "NATIVE_SPLIT_MIN_FDES", 64)
     module, store = tmp_path / "prog.noeh", tmp_path / "store"
     shutil.copy(a, module)
     plain_a = _plain(module, monkeypatch)

@@ -187,7 +187,8 @@ def test_mi_session(gdb_path: str, sessions: Path) -> None:
 def test_large_module_served_until_its_symbol_file_is_ready(gdb_path: str,
                                                              tmp_path: Path) -> None:
     """The default (``auto``) on an objfile too large to make its symbol file
-    before gdb goes on (lua: 705 FDEs): a worker makes it while the Python
+    before gdb goes on (lua: 705 FDEs, with ``SFRAME_FOREGROUND_FDES=300``,
+    the default where the C does not make the FDEs): a worker makes it while the Python
     unwinder serves the objfile, so the first stop's backtrace has the twin's
     real frames at once; the symbol file is attached at a stop after it is
     ready, and from then on the frames are the twin's exactly, tail-call
@@ -200,7 +201,9 @@ def test_large_module_served_until_its_symbol_file_is_ready(gdb_path: str,
         g.cmd(f"run {script}")
         twin = parse_bt(g.cmd("bt"))
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"),
-           "SFRAME_STOP_WAIT_SECONDS": "0"}  # never wait for the worker at a stop
+           "SFRAME_STOP_WAIT_SECONDS": "0",  # never wait for the worker at a stop
+           # lua5.4 to a worker (made at once by default where the C makes its FDEs)
+           "SFRAME_FOREGROUND_FDES": "300"}
     with Gdb(gdb_path, symbol_files="auto", env=env, args=[str(program)]) as g:
         assert "until its symbol file is ready (being made for" in g.cmd("info sframe")
         g.cmd("break luaV_finishget")
@@ -224,7 +227,7 @@ def test_large_module_served_until_its_symbol_file_is_ready(gdb_path: str,
 
 
 def test_nearly_done_worker_is_waited_for_at_the_stop(gdb_path: str, tmp_path: Path) -> None:
-    """lua5.4 -O2 -g (705 FDEs: a worker by default), ``break luaV_finishget``
+    """lua5.4 -O2 -g (705 FDEs: a worker at ``SFRAME_FOREGROUND_FDES=300``), ``break luaV_finishget``
     before ``run``: a worker expected to be done soon after the stop is
     waited for there (``SFRAME_STOP_WAIT_SECONDS``, large here so that it
     always is), so the first stop is gdb's own from the symbol file: the
@@ -242,7 +245,8 @@ def test_nearly_done_worker_is_waited_for_at_the_stop(gdb_path: str, tmp_path: P
             return outs + [g.cmd("info sframe")] if which == "noeh" else outs
 
     # The same environment for both: the program's stack addresses depend on it.
-    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "SFRAME_STOP_WAIT_SECONDS": "120"}
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "SFRAME_STOP_WAIT_SECONDS": "120",
+           "SFRAME_FOREGROUND_FDES": "300"}  # a worker, as without the C's FDEs
     twin = session("twin", env)
     assert "Breakpoint 1, luaV_finishget" in twin[1] and "Saved registers:" in twin[4], twin
     ours = session("noeh", env)
@@ -394,15 +398,16 @@ def test_cold_partition_registers_are_the_twins(gdb_path: str, cold: Path) -> No
 def test_large_module_waited_for_is_made_on_every_cpu(gdb_path: str, tmp_path: Path,
                                                       large_program: tuple[Path, Path]) -> None:
     """``foreground`` on a module large enough to be split between processes
-    (``PARALLEL_MIN_FDES``): its file comes from a worker at gdb's priority, on every
-    CPU, while gdb waits (``symbol_file_now``), and the session is the twin's
-    from the first stop."""
+    (``PARALLEL_MIN_FDES`` FDEs; ``SFRAME_SPLIT_MIN_FDES`` says so where the C
+    makes the FDEs, which splits only far larger ones): its file comes from a
+    worker at gdb's priority, on every CPU, while gdb waits
+    (``symbol_file_now``), and the session is the twin's from the first stop."""
     commands = ["break stop_here", "run", "bt", "info frame", "up 3", "info frame",
                 "info registers rbx rbp rsp rip", "finish"]
     for which, binary in zip(("twin", "noeh"), large_program, strict=True):
         (tmp_path / which).mkdir()
         shutil.copy(binary, tmp_path / which / "prog")
-    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "SFRAME_SPLIT_MIN_FDES": "512"}
     twin = _session(gdb_path, tmp_path, "twin", commands, program="prog", env=env)
     ours = _session(gdb_path, tmp_path, "noeh", [*commands, "info sframe"], program="prog",
                     env=env)

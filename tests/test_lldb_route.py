@@ -632,7 +632,7 @@ def test_module_served_until_its_symbol_file_is_ready(version: str, tmp_path: Pa
 
 @pytest.mark.parametrize("version", ["22", "23"])
 def test_large_debug_info_module_late_add(version: str, tmp_path: Path) -> None:
-    """lua5.4 -O2 -g (705 FDEs: a worker by default), ``b luaV_concat`` before
+    """lua5.4 -O2 -g (705 FDEs: a worker at ``SFRAME_FOREGROUND_FDES=300``), ``b luaV_concat`` before
     ``run``. LLDB 22: the provider's frames are the twin's, inlined ones
     included; once the file is ready it is added (at the first stop already
     when the worker was done by then) and the caller frame's structure
@@ -651,7 +651,8 @@ def test_large_debug_info_module_late_add(version: str, tmp_path: Path) -> None:
     assert len(want) == 8 and any("[inlined]" in f[2] for f in want) and len(want_buff) == 3, \
         twin_out
     env = {**_env(tmp_path), "SFRAME_LLDB_SYMBOL_FILES": "auto",
-           "SFRAME_STOP_WAIT_SECONDS": "0"}  # never wait for the worker at a stop
+           "SFRAME_STOP_WAIT_SECONDS": "0",  # never wait for the worker at a stop
+           "SFRAME_FOREGROUND_FDES": "300"}  # a worker, as without the C's FDEs
     session = Session(version, env=env, timeout=300)
     try:
         for command in (f"target create {binary}", "b luaV_concat", launch):
@@ -686,7 +687,7 @@ def test_large_debug_info_module_late_add(version: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("version", ["22", "23"])
 def test_nearly_done_worker_is_waited_for_at_the_stop(version: str, tmp_path: Path) -> None:
-    """lua5.4 -O2 -g (705 FDEs: a worker by default), ``b luaV_concat`` before
+    """lua5.4 -O2 -g (705 FDEs: a worker at ``SFRAME_FOREGROUND_FDES=300``), ``b luaV_concat`` before
     ``run``: a worker expected to be done soon after the stop is waited for
     there (``SFRAME_STOP_WAIT_SECONDS``, large here so it always is), so the
     first ``bt`` is LLDB's own from the symbol file: the twin's whole
@@ -700,7 +701,8 @@ def test_nearly_done_worker_is_waited_for_at_the_stop(version: str, tmp_path: Pa
     fields = re.compile(r"^\s*(L|pushed|blen) = (.*)$", re.M)  # not its bytes: the stack's own
     want_buff = fields.findall(command_output(twin_out, "frame variable buff"))
     assert any("[artificial]" in f[2] for f in want) and len(want_buff) == 3, twin_out
-    env = {**_env(tmp_path), "SFRAME_LLDB_SYMBOL_FILES": "auto", "SFRAME_STOP_WAIT_SECONDS": "120"}
+    env = {**_env(tmp_path), "SFRAME_LLDB_SYMBOL_FILES": "auto", "SFRAME_STOP_WAIT_SECONDS": "120",
+           "SFRAME_FOREGROUND_FDES": "300"}  # a worker, as without the C's FDEs
     out = run_lldb(version, [f"target create {binary}", *commands, "sframe status"], env=env)
     assert "Traceback" not in out, out
     bt = command_output(out, "bt")
@@ -714,14 +716,16 @@ def test_large_module_waited_for_is_made_on_every_cpu(version: str, tmp_path: Pa
                                                       large_program: tuple[Path, Path]) -> None:
     """Where LLDB waits for the file (``foreground``; 23 with debug information
     by default) of a module large enough to be split between processes
-    (``PARALLEL_MIN_FDES``): a worker makes it on every CPU (``symbol_file_now``), and
+    (``PARALLEL_MIN_FDES`` FDEs; ``SFRAME_SPLIT_MIN_FDES`` says so where the C
+    makes the FDEs): a worker makes it on every CPU (``symbol_file_now``), and
     ``bt`` is LLDB's own from the first stop, the twin's. (21 does not take a
     file for a module with debug information: docs/lldb.md.)"""
     twin, noeh = large_program
     want = _full(command_output(_launch(version, twin, twin, ["bt"], plugin=False), "bt"),
                  noeh.name, twin.name)
     assert len(want) > 20, want
-    out = _launch(version, noeh, twin, ["bt", "sframe status"], plugin=True, env=_env(tmp_path))
+    out = _launch(version, noeh, twin, ["bt", "sframe status"], plugin=True,
+                  env={**_env(tmp_path), "SFRAME_SPLIT_MIN_FDES": "512"})
     bt = command_output(out, "bt")
     assert "[synthetic]" not in bt and _full(bt, noeh.name, twin.name) == want, out
     assert f"{noeh.name}: LLDB's own unwinder" in command_output(out, "sframe status"), out

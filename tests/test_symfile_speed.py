@@ -95,6 +95,7 @@ def test_workers_write_the_same_bytes(monkeypatch: pytest.MonkeyPatch, threads: 
 
     one = symfile.symbol_file_bytes(str(LUA_X86))
     monkeypatch.setattr(symfile, "PARALLEL_MIN_FDES", 1)
+    monkeypatch.setattr(symfile, "NATIVE_SPLIT_MIN_FDES", 1)
     monkeypatch.setattr(symfile, "_PART_MIN", 64)  # lua5.4: 797 FDEs, 13 parts
     monkeypatch.setattr(threading, "active_count", lambda: threads)
     here: list[range] = []  # parts the parent made itself (the fallback)
@@ -123,6 +124,7 @@ def test_no_workers_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
             raise OSError("no processes here")
 
     monkeypatch.setattr(symfile, "PARALLEL_MIN_FDES", 1)
+    monkeypatch.setattr(symfile, "NATIVE_SPLIT_MIN_FDES", 1)
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", NoPool)
     assert symfile.symbol_file_bytes(str(LUA_X86), jobs=4) == one
 

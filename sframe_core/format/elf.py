@@ -16,7 +16,7 @@ from ..base.errors import FileError, FormatError, reading_elf
 from ..base.files import MAX_SECTION_SIZE, ElfLayout, SectionHeader, elf_layout, open_elf
 
 if TYPE_CHECKING:
-    from .section import CodeReader, PointerReader, SFrameSection
+    from .section import CodeReader, PointerReader, Region, SFrameSection
 
 # The SFrame decoder (records, section, rules) is imported where a section
 # is decoded: a debugger whose objfiles all have symbol files reads ELF
@@ -106,12 +106,17 @@ class ElfSFrame(NamedTuple):
         from .section import SFrameSection
 
         base = self.sframe_address if address is None else address
+        kept: dict[int, bytes] = {}  # a whole reader's segments, shared with ``regions``
         try:
             section = SFrameSection(self.data, base, pcrel=True if self.relocated else None,
                                     name=self.path,
-                                    code=self.code_reader(base - self.sframe_address, whole=whole))
+                                    code=self.code_reader(base - self.sframe_address, whole=whole,
+                                                          kept=kept))
         except FormatError as exc:
             raise FormatError(f"{self.path}: .sframe: {exc}") from None
+        if whole and section.code is not None:
+            bias = base - self.sframe_address
+            section.regions = lambda: self._regions(bias, kept)
         section.absolute_tables = self.elf_type == "ET_EXEC" and base == self.sframe_address
         section.pointers = self.pointer_reader(base - self.sframe_address, whole=whole)
         return section
@@ -177,7 +182,20 @@ class ElfSFrame(NamedTuple):
         return relocated
 
 
-    def code_reader(self, bias: int, *, whole: bool = False) -> CodeReader | None:
+    def _regions(self, bias: int, kept: dict[int, bytes]) -> list[Region]:
+        """Every PT_LOAD segment's contents, as a whole ``code_reader`` reads them."""
+        from .section import Region
+
+        out = []
+        for k, seg in enumerate(self.segments):
+            contents = kept.get(k)
+            if contents is None:
+                contents = kept[k] = _read_at(self.path, seg.offset, seg.filesz)
+            out.append(Region(seg.vaddr + bias, seg.filesz, contents))
+        return out
+
+    def code_reader(self, bias: int, *, whole: bool = False,
+                    kept: dict[int, bytes] | None = None) -> CodeReader | None:
         """Reads this file's PT_LOAD contents (code, jump tables) at runtime
         addresses (file address + ``bias``); None for ``.o`` files (every
         section at 0) and files without segments.
@@ -192,7 +210,8 @@ class ElfSFrame(NamedTuple):
             return None
         path = self.path
         segments = self.segments
-        kept: dict[int, bytes] = {}
+        if kept is None:
+            kept = {}
 
         def read(address: int, size: int) -> bytes | None:
             vaddr = address - bias

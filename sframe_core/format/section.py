@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..analysis.results import ResultStore
     from ..analysis.saved import Analysis, Entry
 
-__all__ = ["SFrameSection", "Lookup", "CodeReader", "PointerReader", "SAVED_REGISTERS"]
+__all__ = ["SFrameSection", "Lookup", "CodeReader", "PointerReader", "Region", "SAVED_REGISTERS"]
 
 # Reads ``size`` bytes at an address of the section's address space from the
 # file (never from target memory): code, and jump tables; None where the file
@@ -34,6 +34,17 @@ __all__ = ["SFrameSection", "Lookup", "CodeReader", "PointerReader", "SAVED_REGI
 CodeReader = Callable[[int, int], "bytes | None"]
 # ``count`` code addresses stored from a runtime address on, as loaded (elf.py).
 PointerReader = Callable[[int, int], "list[int] | None"]
+
+
+class Region(NamedTuple):
+    """A PT_LOAD segment's file contents at its address (``filesz`` bounds
+    what it answers, as ``CodeReader`` does; ``contents`` may be shorter,
+    in a truncated file)."""
+
+    address: int
+    filesz: int
+    contents: bytes
+
 # The switch for the callee-saved register analysis (saved.py): rows carry
 # rules for rbx/r12-r15, x19-x28/d8-d15 where the function's code proves them.
 # Sections opened with ``saved_registers=None`` follow it. (``format.saved_registers``
@@ -116,6 +127,9 @@ class SFrameSection:
         self.pointers: PointerReader | None = None
         # Results kept from other builds of the module (symbol files only).
         self.analysis_store: ResultStore | None = None
+        # Every segment ``code`` reads from, for a reader of the whole module
+        # (a whole-file ``open``): the FDEs made in C read them (symfiles.native_fdes).
+        self.regions: Callable[[], list[Region]] | None = None
 
     # -- FDEs ------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from ..base.errors import SFrameError
 if TYPE_CHECKING:
     import subprocess
 
+    from ..format.section import SFrameSection
     from .symfile import ModuleInfo, SymbolFile
 
 # argparse, json, shutil, subprocess and threading are imported where a worker
@@ -39,13 +40,18 @@ if TYPE_CHECKING:
 # ``made_at_once`` and the threshold, and most sessions start no worker
 # (a warm cache, a small module), so they would cost every start-up ~15 ms.
 
-__all__ = ["JobResult", "Job", "worker_python", "main", "FOREGROUND_FDES", "FOREGROUND_ENV",
+__all__ = ["JobResult", "Job", "worker_python", "main", "FOREGROUND_FDES",
+           "FOREGROUND_FDES_NATIVE", "FOREGROUND_ENV",
            "STOP_WAIT_SECONDS", "STOP_WAIT_ENV", "stop_wait", "made_at_once", "symbol_file_now"]
 
 # Below this many FDEs a missing symbol file is made before the debugger goes
 # on (a fraction of a second); above it, in a worker while the adapter's own
 # unwinder (gdb: the Python unwinder; LLDB 22+: the frame provider) serves.
 FOREGROUND_FDES = 300
+# The same where the C makes the FDEs (``native_fdes``: 10-70 us each, where
+# the Python analysis took 0.3 ms): 2,048 FDEs in at most about 0.15 s
+# (lua5.4's 705 in 0.05 s, 1,030 generated ones in 0.02 s).
+FOREGROUND_FDES_NATIVE = 2048
 # The threshold a session starts with, if set (tests send a small program to
 # the worker with it, rather than building a large one).
 FOREGROUND_ENV = "SFRAME_FOREGROUND_FDES"
@@ -61,17 +67,19 @@ PROGRESS = "progress"
 # start-up; generated programs about half as much per byte).
 WORKER_START_SECONDS = 0.1
 SECONDS_PER_CODE_BYTE = 6.5e-6
-# The same with the amd64 analysis in C (``sframe_core.analysis.native``)
-# built: lua5.4's worker 0.29 s wall on two CPUs (6 December 2026), a little
-# more per byte here (a worker expected too soon is waited for in vain).
-SECONDS_PER_CODE_BYTE_NATIVE = 2.5e-6
+# The same with the amd64 FDEs made in C (``sframe_core.analysis.native``,
+# ``native_fdes``) built: lua5.4's worker 0.18-0.22 s wall alone, in-process
+# (6 December 2026; its ``.cold`` parts and the functions the C declines are
+# the Python's), generated code a fifth of that per byte; a little more per
+# byte here (a worker expected too soon is waited for in vain).
+SECONDS_PER_CODE_BYTE_NATIVE = 0.6e-6
 # A worker expected to be done within this long is waited for at a stop
 # (``Job.result_at_stop``: once per worker, for at most twice as long): its
 # file then serves the stop's ``bt`` with the debugger's own frames, as on
 # the twin (tail-call frames, callers' variables), where the adapter's own
-# unwinder would serve it otherwise; never longer than the debugger has
-# run (``stop_wait``). The variable sets another bound, absolute (0: never
-# wait; tests set a large one to always wait).
+# unwinder would serve it otherwise; never longer than half the time the
+# debugger has run (``stop_wait``). The variable sets another bound,
+# absolute (0: never wait; tests set a large one to always wait).
 STOP_WAIT_SECONDS = 0.5
 STOP_WAIT_ENV = "SFRAME_STOP_WAIT_SECONDS"
 
@@ -85,29 +93,37 @@ def made_at_once(path: str) -> bool:
     it is off).
     """
     from ..format import section as section_module
+    from .native_fdes import serves
     if not section_module.SAVED_REGISTERS:
         return True
+    found = _section(path)
+    if found is None:
+        return True
+    limit = FOREGROUND_FDES_NATIVE if serves(found) else FOREGROUND_FDES
     try:
-        limit = int(os.environ.get(FOREGROUND_ENV, "") or FOREGROUND_FDES)
+        limit = int(os.environ.get(FOREGROUND_ENV, "") or limit)
     except ValueError:
-        limit = FOREGROUND_FDES
-    fdes = _fde_count(path)
-    return fdes is None or fdes <= limit
+        pass
+    return found.num_fdes <= limit
 
 
 def stop_wait() -> float:
     """How long a stop may wait for a nearly done worker: ``STOP_WAIT_ENV``
-    when set, else ``STOP_WAIT_SECONDS`` but never longer than this process
-    (the debugger) has run, so that waiting at most doubles the time to a
-    first stop (gdb reaches a small program's in 0.2 s, where a worker
-    0.4 s from done made the first ``bt`` 3.5 times as slow as gdb alone)."""
+    when set, else ``STOP_WAIT_SECONDS`` but never longer than half the time
+    this process (the debugger) has run, so that waiting (at most twice
+    that, ``result_at_stop``) and then reading the file at most about double
+    the time to a first stop. gdb reaches a small program's in 0.2 s, where a
+    worker 0.4 s from done made the first ``bt`` 3.5 times as slow as gdb
+    alone; with the whole age as the bound, gdb on 10,000 generated
+    functions waited 0.3 s at its stop and read the file: 2.2 times gdb on
+    the twin, where the Python unwinder serves that stop in 1.2 times."""
     text = os.environ.get(STOP_WAIT_ENV, "").strip()
     if text:
         try:
             return max(0.0, float(text))
         except ValueError:
             pass
-    return min(STOP_WAIT_SECONDS, _process_seconds())
+    return min(STOP_WAIT_SECONDS, _process_seconds() / 2)
 
 
 _IMPORTED = time.monotonic()
@@ -129,7 +145,7 @@ def _expected_seconds(path: str) -> float:
     """How long a worker takes to make ``path``'s symbol file, from the size
     of its code and the split between processes (an estimate, not a bound)."""
     from ..format.elf import read_elf
-    from .symfile import PARALLEL_MIN_FDES, default_jobs
+    from .symfile import default_jobs, split_min
     try:
         elf = read_elf(path)
         found = elf.open()
@@ -138,7 +154,7 @@ def _expected_seconds(path: str) -> float:
     if found is None:
         return WORKER_START_SECONDS
     code = sum(seg.filesz for seg in elf.segments if seg.executable)
-    workers = default_jobs() if found.num_fdes >= PARALLEL_MIN_FDES else 1
+    workers = default_jobs() if found.num_fdes >= split_min(found) else 1
     return WORKER_START_SECONDS + code * _per_code_byte(found.arch.name) / max(1, workers)
 
 
@@ -150,31 +166,37 @@ def _per_code_byte(abi: str) -> float:
         else SECONDS_PER_CODE_BYTE
 
 
-def _fde_count(path: str) -> int | None:
-    """The FDEs of the module's ``.sframe`` (its header alone), or None: no
-    such section, or a module that cannot be read (its generation says why)."""
+def _section(path: str) -> SFrameSection | None:
+    """The module's ``.sframe`` (its header alone read), or None: no such
+    section, or a module that cannot be read (its generation says why)."""
     from ..format.elf import read_elf
     try:
-        found = read_elf(path).open()
+        return read_elf(path).open()
     except SFrameError:
         return None
-    return None if found is None else found.num_fdes
+
+
+def _splits(path: str) -> bool:
+    """Is the module's symbol file worth splitting between processes (``symfile.split_min``)?"""
+    from .symfile import split_min
+
+    found = _section(path)
+    return found is not None and found.num_fdes >= split_min(found)
 
 
 def symbol_file_now(path: str, *, function_symbols: bool = True, before_entry: bool = False,
                     module: ModuleInfo | None = None) -> SymbolFile:
     """``symfile.symbol_file_for``, for an adapter that waits for the file
     (the debugger cannot go on without it): a module large enough to be
-    split between processes (``PARALLEL_MIN_FDES``) is made by a worker at
+    split between processes (``symfile.split_min``) is made by a worker at
     the debugger's own priority, on every CPU, since a debugger's Python
     cannot fork itself; the rest here, as before. A worker that fails or
     cannot start leaves the module to ``symbol_file_for`` here, which makes
     it or raises what is wrong with it (one line, as always)."""
     from ..format import section as section_module
-    from .symfile import PARALLEL_MIN_FDES, cached_symbol_file, default_jobs, symbol_file_for
+    from .symfile import cached_symbol_file, default_jobs, symbol_file_for
 
-    if section_module.SAVED_REGISTERS and default_jobs() > 1 \
-            and (_fde_count(path) or 0) >= PARALLEL_MIN_FDES:
+    if section_module.SAVED_REGISTERS and default_jobs() > 1 and _splits(path):
         result = Job(path, lambda result: None, function_symbols=function_symbols,
                      before_entry=before_entry, nice=0).wait()
         if result.path is not None:

@@ -59,7 +59,8 @@ _T = TypeVar("_T")
 # hit, what every warm start-up pays for, needs none of them.
 
 __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_symbol_file",
-           "write_symbol_file", "default_jobs", "PARALLEL_MIN_FDES",
+           "write_symbol_file", "default_jobs", "PARALLEL_MIN_FDES", "NATIVE_SPLIT_MIN_FDES",
+           "split_min",
            "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module",
            "has_debug_information"]
 
@@ -674,8 +675,7 @@ def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None,
     read before, written after; the same bytes with it or without.
     ``progress``: told how many FDEs are done as they are (0 as their work begins).
     """
-    from ..analysis.parts import Collector
-    from ..dwarf.debug_frame import assemble, encoded, entry_function, functions
+    from ..dwarf.debug_frame import assemble, encoded, entry_function
     from ..targets.modules import Module
 
     path = plan.module.path
@@ -704,13 +704,10 @@ def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None,
             extra.append(entry_function(gap, gap + 1))
         if progress is not None:
             progress(0, section.num_fdes)  # the FDEs' work begins: its pace is timed from here
-        if jobs > 1 and section.num_fdes >= PARALLEL_MIN_FDES:
+        if jobs > 1 and section.num_fdes >= split_min(section):
             items, exits = _parallel(path, section, covered, jobs, store, progress)
         else:
-            collector = Collector(section)
-            made = _reporting(functions(section, collector.rows), section.num_fdes, progress)
-            items = list(encoded(_uncovered(made, covered), arch))
-            exits = collector.exits
+            items, exits = _encode_fdes(section, range(section.num_fdes), covered, progress)
         if info.elf_type in ("ET_EXEC", "ET_DYN"):  # a .o's sections all start at 0
             items = _with_parts(section, exits, items, covered,
                                 {addr for _, addr, _ in executable_sections(plan.module.sections)})
@@ -826,8 +823,29 @@ def _uncovered(funcs: Iterable[Function], covered: list[tuple[int, int]]) -> Ite
 # ``--jobs 2`` on the 2-core test machine, forked workers: lua5.4 (705 FDEs)
 # 0.79 s alone, 0.45 s split; 1,030 generated FDEs 0.44 s, 0.29 s.
 PARALLEL_MIN_FDES = 512
+# The same where the C makes the FDEs (``native_fdes``): 10 us per generated
+# function, where starting the workers, reading the module in each and
+# sending the FDEs back costs about 0.1 s, and each worker learns the
+# module's encodings again (``amd64.c``'s memo). ``sframe to-dwarf`` with
+# ``--jobs 1`` and split in two (6 December 2026): 10,030 generated FDEs
+# 0.24-0.27 s and 0.21-0.22 s; 40,030 FDEs 0.60-0.63 s and 0.52-0.57 s.
+NATIVE_SPLIT_MIN_FDES = 16384
+# The line a session splits from, if set (tests send a small program to
+# workers with it, as ``jobs.FOREGROUND_ENV`` does for the worker itself).
+SPLIT_ENV = "SFRAME_SPLIT_MIN_FDES"
 # FDEs per part handed to a worker (at least; parts are jobs * 4 for balance).
 _PART_MIN = 128
+
+
+def split_min(section: SFrameSection) -> int:
+    """From how many FDEs on ``section``'s symbol file is worth splitting
+    between processes (``PARALLEL_MIN_FDES``, ``NATIVE_SPLIT_MIN_FDES``)."""
+    from .native_fdes import serves
+
+    try:
+        return int(os.environ[SPLIT_ENV])
+    except (KeyError, ValueError):
+        return max(PARALLEL_MIN_FDES, NATIVE_SPLIT_MIN_FDES if serves(section) else 0)
 
 
 def default_jobs() -> int:
@@ -847,10 +865,9 @@ def _encode_part(path: str, fdes: range, covered: list[tuple[int, int]], saved: 
     (``store_file``: the kept ones it reads), or None when one of them is
     corrupt (the parent then does the part itself, to raise what it says)."""
     try:
-        section = read_elf(path).open(whole=True)
+        section = _worker_section(path, saved)
         if section is None:
             return None
-        section.saved_registers = saved
         store = _store(section, store_file)
         items, exits = _encode_fdes(section, fdes, covered)
         return items, exits, (({}, {}, {}) if store is None else store.kept())
@@ -858,14 +875,57 @@ def _encode_part(path: str, fdes: range, covered: list[tuple[int, int]], saved: 
         return None
 
 
-def _encode_fdes(section: SFrameSection, fdes: range,
-                 covered: list[tuple[int, int]]) -> tuple[list[Encoded], Exits]:
+# The module a worker process was last handed a part of, opened once for
+# all its parts: (realpath, size, mtime, saved-register switch) -> section.
+_worker_module: dict[tuple[bytes, bool], SFrameSection | None] = {}
+
+
+def _worker_section(path: str, saved: bool) -> SFrameSection | None:
+    """``path``'s section, read whole (``open(whole=True)``), for a worker's part."""
+    key = (_identity(path), saved)
+    if key not in _worker_module:
+        _worker_module.clear()
+        section = read_elf(path).open(whole=True)
+        if section is not None:
+            section.saved_registers = saved
+        _worker_module[key] = section
+    section = _worker_module[key]
+    if section is not None:
+        section.analysis_store = None  # each part attaches the store it reads
+    return section
+
+
+def _encode_fdes(section: SFrameSection, fdes: range, covered: list[tuple[int, int]],
+                 progress: Progress | None = None) -> tuple[list[Encoded], Exits]:
+    """The FDEs of ``fdes`` encoded, in order, and their branches out: made
+    in C where it was built (``native_fdes``), the Python making those it
+    declines, else all by the Python; the same bytes either way."""
     from ..analysis.parts import Collector
     from ..dwarf.debug_frame import encoded, functions
+    from .native_fdes import fdes_maker
 
     collector = Collector(section)
-    items = list(encoded(_uncovered(functions(section, collector.rows, fdes=fdes), covered),
-                         section.arch))
+    make = fdes_maker(section)
+    if make is None:
+        made = _reporting(functions(section, collector.rows, fdes=fdes), len(fdes), progress)
+        return list(encoded(_uncovered(made, covered), section.arch)), collector.exits
+    items: list[Encoded] = []
+    starts = [start for start, _ in covered]
+    for lo in range(fdes.start, fdes.stop, _PROGRESS_FDES):
+        chunk = range(lo, min(lo + _PROGRESS_FDES, fdes.stop))
+        for index, answer in zip(chunk, make(chunk), strict=True):
+            if answer is None:  # declined: the Python's, with its errors
+                items.extend(encoded(_uncovered(functions(section, collector.rows,
+                                                          fdes=range(index, index + 1)), covered),
+                                     section.arch))
+                continue
+            item, analysis = answer
+            if analysis is not None:
+                collector.add(section.get_fde(index), analysis)
+            if item is not None and not (covered and _covers(covered, starts, item.start)):
+                items.append(item)
+        if progress is not None and chunk.stop - fdes.start < len(fdes):
+            progress(chunk.stop - fdes.start, len(fdes))
     return items, collector.exits
 
 

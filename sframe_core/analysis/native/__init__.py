@@ -7,7 +7,10 @@ first stop waited seconds. ``amd64.c`` is the same analysis (capstone's
 detailed decode as ``AMD64._effect`` reads it, the same dataflow, spans and
 exits, gcc's jump tables read the way ``amd64_jump_tables`` reads them)
 for the functions it covers: entered at their first instruction, with no
-indirect jump other than such a table. It declines the rest, and
+computed goto (whose table the Python reads through the module's
+relocations); an indirect jump that is no table it reads (a tail call
+through a register) goes anywhere its CFA rule fits, as in the Python. It
+declines the rest, and
 ``saved.analyse`` runs as before, so every result is the one the Python
 gives (``tests/test_native.py`` holds it to that on every amd64 function of
 the fixtures, the real programs and the host's libc and loader).
@@ -42,16 +45,18 @@ from ...base.files import cache_root
 from ...base.rows import SAME, CFARule, Rule, RuleKind
 
 if TYPE_CHECKING:
-    from ..saved import Analysis
+    from ..saved import Analysis, Exit, Span
 
-__all__ = ["ENV", "USE", "available", "analyse", "build", "built", "library_path"]
+__all__ = ["ENV", "USE", "available", "analyse", "build", "built", "exits", "library",
+           "library_path"]
 
 ENV = "SFRAME_NATIVE"
 # Whether ``saved.analyse`` asks the C first (tests of the Python analysis
 # itself turn it off; ``SFRAME_NATIVE=0`` does for a session).
 USE = os.environ.get(ENV, "").strip() != "0"
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SOURCE = os.path.join(_HERE, "amd64.c")
+# amd64.c: the analysis; fdes.c: a symbol file's FDEs around it (symfiles/native_fdes.py).
+_SOURCES = tuple(os.path.join(_HERE, name) for name in ("amd64.c", "fdes.c"))
 _NONE = -(1 << 63)
 _TRACKED = (3, 12, 13, 14, 15)  # effects.CALLEE_SAVED["amd64"], the C's order
 _SPAN = 2 + 2 * len(_TRACKED)
@@ -124,8 +129,10 @@ def _name() -> str | None:
     if found is None:
         return None
     lib = found[1]
-    with open(_SOURCE, "rb") as stream:
-        source = stream.read()
+    source = b""
+    for path in _SOURCES:
+        with open(path, "rb") as stream:
+            source += stream.read()
     stat = os.stat(lib)
     key = hashlib.sha256(source + f"\n{lib}\n{stat.st_size}\n{stat.st_mtime_ns}".encode()).hexdigest()
     return f"amd64-{key[:16]}.so"
@@ -150,7 +157,7 @@ def _user_dir() -> str:
 
 
 def build() -> str | None:
-    """Compile ``amd64.c`` if it is not built yet; its path, or None (no
+    """Compile ``amd64.c`` and ``fdes.c`` if they are not built yet; the path, or None (no
     compiler, no capstone headers, or the compiler failed)."""
     target = library_path()
     found = _capstone()
@@ -169,7 +176,7 @@ def build() -> str | None:
         return None
     try:
         done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-I", found[0], "-o", tmp,
-                               _SOURCE, "-ldl"], stdin=subprocess.DEVNULL, capture_output=True,
+                               *_SOURCES, "-ldl"], stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=60, check=False)
         if done.returncode != 0:
             return None
@@ -224,6 +231,10 @@ def available() -> bool:
         lib.sf_amd64_analyse.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64,
                                          ctypes.c_void_p, ctypes.c_long, _READ, ctypes.c_void_p,
                                          ctypes.c_long]
+        lib.sf_amd64_fdes.restype = ctypes.c_long
+        lib.sf_amd64_fdes.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                      ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p,
+                                      ctypes.c_long, ctypes.POINTER(ctypes.c_long)]
     except (OSError, AttributeError):
         return False
     _lib = lib
@@ -249,7 +260,7 @@ def analyse(code: bytes, start: int, rows: Sequence[tuple[int, CFARule | None]],
     Python analysis then decides). ``read(address, size)``: the file's bytes,
     for jump tables (None: a function with an indirect jump is declined)."""
     global _out
-    from ..saved import Analysis, Span, _anchor, _new, _State
+    from ..saved import Analysis, _anchor
 
     if _lib is None and not available():
         return None
@@ -275,6 +286,20 @@ def analyse(code: bytes, start: int, rows: Sequence[tuple[int, CFARule | None]],
     if answer < 0 or _failed[0]:
         return None
     out = _out[:answer].tolist()
+    spans, pos = _spans(out)
+    return Analysis(spans, "", exits(out, pos))
+
+
+def library() -> Any:
+    """The loaded library (``sf_amd64_fdes`` for symfiles/native_fdes.py), or
+    None (none, or turned off: ``USE``)."""
+    return _lib if USE and (_lib is not None or available()) else None
+
+
+def _spans(out: list[int]) -> tuple[tuple[Span, ...], int]:
+    """The spans of the C's answer, and where its exits begin."""
+    from ..saved import Span, _new
+
     spans = []
     pos = 1
     made = _regs
@@ -287,7 +312,14 @@ def analyse(code: bytes, start: int, rows: Sequence[tuple[int, CFARule | None]],
             regs = made[key] = _regs_of(key)
         spans.append(_new(Span, (out[pos], out[pos + 1], regs)))
         pos += _SPAN
-    exits = []
+    return tuple(spans), pos
+
+
+def exits(out: Sequence[int], pos: int = 0) -> tuple[Exit, ...]:
+    """The exits of the C's words from ``pos`` on (their count, then each)."""
+    from ..saved import _new, _State
+
+    found: list[Exit] = []
     count, pos = out[pos], pos + 1
     for _ in range(count):
         target = out[pos]
@@ -298,9 +330,9 @@ def analyse(code: bytes, start: int, rows: Sequence[tuple[int, CFARule | None]],
                                   tuple((None if w[2 + 3 * i] == _NONE else w[2 + 3 * i],
                                          bool(w[3 + 3 * i]), bool(w[4 + 3 * i]), None)
                                         for i in range(len(_TRACKED))), None))
-        exits.append((None if target == _NONE else target, state))
+        found.append((None if target == _NONE else target, state))
         pos += _EXIT
-    return Analysis(tuple(spans), "", tuple(exits))
+    return tuple(found)
 
 
 def main() -> int:

@@ -1,9 +1,11 @@
 /* The saved-register analysis of one amd64 function, in C: the same result
  * as sframe_core/analysis/saved.py's analyse() with amd64.py's detailed
  * effects (AMD64._effect) and jump tables (amd64_jump_tables), for a
- * function entered at its first instruction whose indirect jumps are all
- * gcc's tables. Anything else it declines (returns SF_DECLINE) and the
- * Python analysis runs: it never guesses.
+ * function entered at its first instruction without a computed goto (its
+ * table is read through the module's relocations, which this file does not
+ * read); an indirect jump through no table it reads goes anywhere its CFA
+ * rule fits, as in the Python. Anything else it declines (returns
+ * SF_DECLINE) and the Python analysis runs: it never guesses.
  *
  * It mirrors the Python line by line (the same worklist order, the same
  * meets, the same spans and exits), so the symbol files are byte for byte
@@ -133,8 +135,15 @@ static long at_index(const struct effect *effs, long count, uint64_t addr);
 
 static int starts_with(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
 
+/* ``s`` is one of ``list``. Each list's words begin with one of a few
+ * letters (``firsts``): most mnemonics are told apart by their first. */
 static int one_of(const char *s, const char *const *list) {
-    for (; *list; list++) if (!strcmp(s, *list)) return 1;
+    for (; *list; list++) if (s[0] == (*list)[0] && !strcmp(s, *list)) return 1;
+    return 0;
+}
+
+static int starts_one_of(const char *s, const char *const *list) {
+    for (; *list; list++) if (s[0] == (*list)[0] && starts_with(s, *list)) return 1;
     return 0;
 }
 
@@ -282,8 +291,7 @@ static int effect_of(const cs_insn *insn, struct effect *e) {
     /* _generic */
     int is_mov = (!strcmp(mnem, "mov") || !strcmp(mnem, "movq")) && x->op_count == 2;
     int skip_mem = !strcmp(mnem, "lea") || starts_with(mnem, "nop") || starts_with(mnem, "prefetch");
-    int is_unsized = 0;
-    for (const char *const *u = unsized; *u; u++) is_unsized |= starts_with(mnem, *u);
+    int is_unsized = starts_one_of(mnem, unsized);
     for (int i = 0; i < x->op_count; i++) {
         const cs_x86_op *op = &x->operands[i];
         if (op->type != X86_OP_MEM || skip_mem) continue;
@@ -319,6 +327,60 @@ static int effect_of(const cs_insn *insn, struct effect *e) {
     if (writes & (1u << 6)) pointer_op(insn, 6, &e->fp_kind, &e->fp_add);
     e->clobbers = tracked_bits(writes) & (uint8_t)~loaded;
     return 0;
+}
+
+/* -- the effects of encodings met before ------------------------------------
+ *
+ * Most of a module's instructions are encodings met before (a push, a
+ * frame-slot store, a move between registers), and capstone's detailed
+ * decode and ``effect_of`` were half of the time. An effect depends on the
+ * instruction's bytes and, for a relative branch, on its address (its
+ * target, and the target capstone prints), so the effect of every other
+ * encoding is kept by its bytes and reused at another address as it is. x86
+ * decodes the same bytes from the same start the same way, and no encoding
+ * is a prefix of another, so the bytes at a PC that begin with a kept
+ * encoding are that encoding: each length from 1 to 15 is looked up in turn.
+ * Per thread, at most MEMO_MAX encodings (about 5 MB). */
+#define MEMO_SLOTS (1 << 15)
+#define MEMO_MAX (MEMO_SLOTS / 2)
+struct memo_entry { uint8_t len; uint8_t bytes[15]; struct effect eff; };
+static _Thread_local struct memo_entry **memo_slots;
+static _Thread_local long memo_count;
+
+static uint32_t memo_step(uint32_t h, uint8_t byte) { return (h ^ byte) * 16777619u; }
+
+static const struct effect *memo_find(const uint8_t *p, size_t left) {
+    if (!memo_slots) return NULL;
+    uint32_t h = 2166136261u;
+    for (size_t len = 1; len <= 15 && len <= left; len++) {
+        h = memo_step(h, p[len - 1]);
+        for (uint32_t k = (h ^ (uint32_t)len) & (MEMO_SLOTS - 1);; k = (k + 1) & (MEMO_SLOTS - 1)) {
+            const struct memo_entry *e = memo_slots[k];
+            if (!e) break;
+            if (e->len == len && !memcmp(e->bytes, p, len)) return &e->eff;
+        }
+    }
+    return NULL;
+}
+
+static void memo_keep(const uint8_t *at, const cs_insn *insn, const struct effect *eff) {
+    const cs_detail *d = insn->detail;
+    if (eff->has_target) return; /* its target is its address's */
+    for (int i = 0; i < d->groups_count; i++)
+        if (d->groups[i] == CS_GRP_BRANCH_RELATIVE) return; /* and so is its text */
+    if (insn->size < 1 || insn->size > 15 || memo_count >= MEMO_MAX) return;
+    if (!memo_slots && !(memo_slots = calloc(MEMO_SLOTS, sizeof *memo_slots))) return;
+    struct memo_entry *e = malloc(sizeof *e);
+    if (!e) return;
+    e->len = (uint8_t)insn->size;
+    memcpy(e->bytes, at, insn->size);
+    e->eff = *eff;
+    uint32_t h = 2166136261u;
+    for (size_t len = 1; len <= e->len; len++) h = memo_step(h, at[len - 1]);
+    uint32_t k = (h ^ (uint32_t)e->len) & (MEMO_SLOTS - 1);
+    while (memo_slots[k]) k = (k + 1) & (MEMO_SLOTS - 1);
+    memo_slots[k] = e;
+    memo_count++;
 }
 
 /* -- jump tables (amd64.py's amd64_jump_tables for gcc's position-independent
@@ -527,10 +589,20 @@ static int parse_int(const char *s, int64_t *out) {
     return 1;
 }
 
+/* A backward walk from a jump may step over ``effs[j]``: it falls through
+ * (or branches on a condition) and no branch lands after it
+ * (``effects[j + 1].address in leaders``). */
+static int straight(const struct effect *effs, long j, const uint64_t *leaders, long nleaders) {
+    uint64_t next = effs[j + 1].addr;
+    long lo = 0, hi = nleaders;
+    while (lo < hi) { long mid = (lo + hi) / 2; if (leaders[mid] < next) lo = mid + 1; else hi = mid; }
+    return !(lo < nleaders && leaders[lo] == next) && (effs[j].flow == FALL || effs[j].flow == COND);
+}
+
 enum want { W_ADD, W_MOVSXD, W_LEA, W_JA, W_CMP };
 
 /* amd64_jump_table: the targets of the table ``effs[i]`` jumps through
- * (appended to ``t``), 1; 0 where it is not gcc's form. */
+ * (appended to ``t``), 1; 0 where it is not gcc's form; -1 out of memory. */
 static int jump_table(const struct effect *effs, long count, long i, const uint64_t *leaders,
                       long nleaders, sf_read_fn read, const long *site_table,
                       const struct tables *known, struct tables *t, long *ntargets, long tab,
@@ -559,11 +631,7 @@ static int jump_table(const struct effect *effs, long count, long i, const uint6
     long lowest = i - 32 > 0 ? i - 32 : 0;
     for (long j = i - 1; j >= lowest; j--) {
         const struct effect *e = &effs[j];
-        /* effects[j + 1].address in leaders */
-        uint64_t next = effs[j + 1].addr;
-        long lo = 0, hi = nleaders;
-        while (lo < hi) { long mid = (lo + hi) / 2; if (leaders[mid] < next) lo = mid + 1; else hi = mid; }
-        if ((lo < nleaders && leaders[lo] == next) || (e->flow != FALL && e->flow != COND)) return 0;
+        if (!straight(effs, j, leaders, nleaders)) return 0;
         const char *tx = e->text;
         int64_t address;
         if (want == W_ADD && (snprintf(prefix, sizeof prefix, "add %s, ", aliases[a][0]), starts_with(tx, prefix))) {
@@ -606,7 +674,7 @@ static int jump_table(const struct effect *effs, long count, long i, const uint6
             if (*ntargets + n > t->cap) { /* grown as tables are read: memory as the input's */
                 long cap = 2 * t->cap > *ntargets + n ? 2 * t->cap : *ntargets + n;
                 int64_t *grown = realloc(t->targets, sizeof *grown * (size_t)cap);
-                if (!grown) return 0;
+                if (!grown) return -1;
                 t->targets = grown;
                 t->cap = cap;
             }
@@ -647,6 +715,83 @@ static int jump_table(const struct effect *effs, long count, long i, const uint6
         if (want == W_JA || want == W_CMP || mentions(tx, a) || (b >= 0 && mentions(tx, b))
             || (idx >= 0 && mentions(tx, idx)))
             return 0;
+    }
+    return 0;
+}
+
+/* amd64_computed_goto up to the read of its table through ``pointers``
+ * (the module's relocations, which this file does not read): 1 where the
+ * Python would read a table there, 0 where it would not (the jump is then
+ * an unread one), -1 where this cannot tell (an immediate it does not
+ * parse as Python's int(text, 0) would). 1 and -1 decline the function. */
+static int computed_goto(const struct effect *effs, long count, long i, const uint64_t *leaders,
+                         long nleaders, const long *site_table, const struct tables *known,
+                         struct scratch *w) {
+    const char *text = effs[i].text;
+    /* text.split() == ["jmp", a] */
+    if (strncmp(text, "jmp ", 4)) return 0;
+    const char *reg = text + 4;
+    if (!*reg || strchr(reg, ' ')) return 0;
+    int a = family64(reg, strlen(reg));
+    if (a < 0) return 0;
+    int idx = -1;
+    int64_t table = NONE;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "mov %s, qword ptr [", aliases[a][0]);
+    long lowest = i - 32 > 0 ? i - 32 : 0;
+    for (long j = i - 1; j >= lowest; j--) {
+        const struct effect *e = &effs[j];
+        if (!straight(effs, j, leaders, nleaders)) return 0;
+        const char *tx = e->text;
+        size_t len = strlen(tx);
+        if (idx < 0) {
+            size_t n = strlen(prefix);
+            if (starts_with(tx, prefix) && len >= n + 3 && !strcmp(tx + len - 3, "*8]")) {
+                /* base, _, index = text[len(prefix):-3].partition(" + ") */
+                const char *inner = tx + n;
+                size_t inner_len = len - n - 3;
+                const char *plus = NULL;
+                for (size_t k = 0; k + 3 <= inner_len; k++)
+                    if (!strncmp(inner + k, " + ", 3)) { plus = inner + k; break; }
+                size_t blen = plus ? (size_t)(plus - inner) : inner_len;
+                int base = family64(inner, blen);
+                int index = plus ? family64(plus + 3, inner_len - blen - 3) : -1;
+                if (base < 0 || index < 0) return 0;
+                table = hoisted(effs, count, base, j, site_table, known, w);
+                if (table == NONE) return 0;
+                idx = index;
+            } else if (mentions(tx, a)) {
+                return 0;
+            }
+            continue;
+        }
+        /* mnem, _, ops = text.partition(" "); dst, _, src = ops.partition(", ") */
+        const char *sp = strchr(tx, ' ');
+        size_t mlen = sp ? (size_t)(sp - tx) : len;
+        const char *ops = sp ? sp + 1 : tx + len;
+        const char *comma = strstr(ops, ", ");
+        size_t dlen = comma ? (size_t)(comma - ops) : strlen(ops);
+        const char *src = comma ? comma + 2 : ops + strlen(ops);
+        int dst_idx = (dlen == strlen(aliases[idx][0]) && !strncmp(ops, aliases[idx][0], dlen))
+                      || (dlen == strlen(aliases[idx][1]) && !strncmp(ops, aliases[idx][1], dlen));
+        int64_t n = -1;
+        if (mlen == 3 && !strncmp(tx, "and", 3) && dst_idx) {
+            int64_t mask;
+            if (!parse_int(src, &mask)) return -1;
+            if (mask < 0 || mask > TABLE_MAX || (mask & (mask + 1))) return 0;
+            n = mask + 1;
+        } else if (mlen == 5 && !strncmp(tx, "movzx", 5) && dst_idx) {
+            int byte_reg = 0;
+            for (int f = 0; f < 16; f++)
+                if (!strcmp(src, aliases[f][3])) byte_reg = 1;
+            if (!strcmp(src, "ah") || !strcmp(src, "bh") || !strcmp(src, "ch") || !strcmp(src, "dh"))
+                byte_reg = 1;
+            if (starts_with(src, "byte ptr ") || byte_reg) n = 256;
+            else if (mentions(tx, idx)) return 0;
+        } else if (mentions(tx, idx)) {
+            return 0;
+        }
+        if (n >= 0) return n <= TABLE_MAX ? 1 : 0; /* table is known here */
     }
     return 0;
 }
@@ -831,20 +976,34 @@ long sf_amd64_analyse(const uint8_t *code, size_t len, uint64_t start,
     long *site_table = NULL, *known_table = NULL;
     struct tables cur_t = {0}, last_t = {0};
     struct scratch sc = {0};
+    struct state *ind_state = NULL, *groups = NULL;
+    long *ind_order = NULL, *ind_slot = NULL;
     if (!effs || !insn) { result = SF_NOMEM; goto done; }
     const uint8_t *p = code;
     size_t left = len;
     uint64_t addr = start;
     while (left > 0) {
-        if (!cs_disasm_iter(handle, &p, &left, &addr, insn)) goto done; /* undecodable */
-        if (count >= MAX_INSNS) goto done;
         if (count == capacity) {
             capacity *= 2;
             struct effect *grown = realloc(effs, sizeof *effs * (size_t)capacity);
             if (!grown) { result = SF_NOMEM; goto done; }
             effs = grown;
         }
-        if (effect_of(insn, &effs[count]) != 0) goto done;
+        const struct effect *seen = memo_find(p, left);
+        if (seen) {
+            if (count >= MAX_INSNS) goto done;
+            effs[count] = *seen;
+            effs[count].addr = addr;
+            p += seen->size;
+            left -= seen->size;
+            addr += seen->size;
+        } else {
+            const uint8_t *at = p;
+            if (!cs_disasm_iter(handle, &p, &left, &addr, insn)) goto done; /* undecodable */
+            if (count >= MAX_INSNS) goto done;
+            if (effect_of(insn, &effs[count]) != 0) goto done;
+            memo_keep(at, insn, &effs[count]);
+        }
         if (effs[count].flow == INDIRECT && !read) goto done; /* no table can be read */
         count++;
     }
@@ -911,9 +1070,16 @@ long sf_amd64_analyse(const uint8_t *code, size_t len, uint64_t start,
             if (!sc.todo) { result = SF_NOMEM; goto done; }
             for (long i = 0; i < count; i++) {
                 if (effs[i].flow != INDIRECT) continue;
-                if (!jump_table(effs, count, i, leaders, nleaders, read, known_table, &last_t, &cur_t,
-                                &ntargets, tab, &sc))
-                    goto done; /* not gcc's table (a computed goto, a tail call): the Python */
+                int got = jump_table(effs, count, i, leaders, nleaders, read, known_table, &last_t,
+                                     &cur_t, &ntargets, tab, &sc);
+                if (got < 0) { result = SF_NOMEM; goto done; }
+                if (!got) {
+                    /* a computed goto's table is read through the relocations: the Python's */
+                    if (computed_goto(effs, count, i, leaders, nleaders, known_table, &last_t, &sc))
+                        goto done;
+                    site_table[i] = -1; /* unread: it may go anywhere its CFA rule fits */
+                    continue;
+                }
                 site_table[i] = tab++;
             }
             /* found becomes the known ways for the next round */
@@ -924,13 +1090,13 @@ long sf_amd64_analyse(const uint8_t *code, size_t len, uint64_t start,
             memcpy(known_table, site_table, sizeof *known_table * (size_t)count);
         }
         /* ``last_t`` holds the last round's tables. Each must land on
-         * instruction starts inside the function (else: not used). */
+         * instruction starts inside the function (else: not used, unread). */
         for (long i = 0; i < count; i++) {
             long tab = site_table[i];
             if (tab < 0) continue;
             for (long m = 0; m < last_t.count[tab]; m++) {
                 uint64_t t = (uint64_t)last_t.targets[last_t.start[tab] + m];
-                if (t >= start && t < end && at_index(effs, count, t) < 0) goto done;
+                if (t >= start && t < end && at_index(effs, count, t) < 0) { site_table[i] = -1; break; }
             }
         }
         /* the indirect jumps may leave (their tables' targets outside) */
@@ -966,6 +1132,18 @@ long sf_amd64_analyse(const uint8_t *code, size_t len, uint64_t start,
     struct worklist flow = {states, known, pending, work, 0, anchor_sp, anchor_fp};
     work[flow.nwork++] = 0;
     pending[0] = 1;
+    /* The unread indirect jumps' states (saved.py's ``indirect``: the last
+     * state each site had, sites in the order first reached). */
+    long nind = 0;
+    if (nsites) {
+        ind_state = malloc(sizeof *ind_state * (size_t)count);
+        ind_order = malloc(sizeof *ind_order * (size_t)nsites);
+        ind_slot = malloc(sizeof *ind_slot * (size_t)count);
+        groups = malloc(sizeof *groups * (size_t)nsites);
+        if (!ind_state || !ind_order || !ind_slot || !groups) { result = SF_NOMEM; goto done; }
+        for (long i = 0; i < count; i++) ind_slot[i] = -1;
+    }
+    for (;;) {
     while (flow.nwork) {
         long i = work[--flow.nwork];
         pending[i] = 0;
@@ -974,6 +1152,11 @@ long sf_amd64_analyse(const uint8_t *code, size_t len, uint64_t start,
             struct state outs = inerts[i] ? states[i] : transfer(&states[i], e);
             if (e->flow == INDIRECT) {
                 long tab = site_table[i];
+                if (tab < 0) {
+                    if (ind_slot[i] < 0) { ind_slot[i] = nind; ind_order[nind++] = i; }
+                    ind_state[i] = outs;
+                    break;
+                }
                 for (long m = 0; m < last_t.count[tab]; m++) {
                     uint64_t t = (uint64_t)last_t.targets[last_t.start[tab] + m];
                     if (!(t >= start && t < end)) continue;
@@ -998,6 +1181,27 @@ long sf_amd64_analyse(const uint8_t *code, size_t len, uint64_t start,
             known[i] = 1;
             if (pending[i]) break;
         }
+    }
+    if (!nind) break;
+    /* An unread jump's state to every instruction whose CFA rule fits it;
+     * the sites with the same SP/FP offsets met first, in first-seen order. */
+    long ngroups = 0;
+    for (long k = 0; k < nind; k++) {
+        const struct state *site = &ind_state[ind_order[k]];
+        long g = 0;
+        while (g < ngroups && !(groups[g].sp == site->sp && groups[g].fp == site->fp)) g++;
+        if (g == ngroups) groups[ngroups++] = *site;
+        else if (!same_state(&groups[g], site)) groups[g] = meet(&groups[g], site);
+    }
+    for (long g = 0; g < ngroups; g++) {
+        for (long i = 0; i < count; i++) {
+            if ((anchor_sp[i] != NONE && groups[g].sp != NONE && anchor_sp[i] != groups[g].sp)
+                || (anchor_fp[i] != NONE && groups[g].fp != NONE && anchor_fp[i] != groups[g].fp))
+                continue;
+            flow_to(&flow, i, groups[g]);
+        }
+    }
+    if (!flow.nwork) break;
     }
     /* The spans: neighbouring instructions with the same rules, merged. */
     long w = 1, nspans = 0;
@@ -1034,13 +1238,20 @@ long sf_amd64_analyse(const uint8_t *code, size_t len, uint64_t start,
         long i = leaving[x];
         struct effect *e = &effs[i];
         long first = 0, n = 1, tab = -1;
+        int unread = 0;
         if (e->flow == INDIRECT) { /* a read table's targets outside, each an exit */
             tab = site_table[i];
-            first = last_t.start[tab];
-            n = last_t.count[tab];
+            if (tab >= 0) {
+                first = last_t.start[tab];
+                n = last_t.count[tab];
+            } else if (!known[i]) {
+                continue; /* an unread jump no path reaches: never taken */
+            } else {
+                unread = 1; /* one exit, to anywhere (no target) */
+            }
         }
         for (long m = first; m < first + n; m++) {
-            int64_t target = tab < 0 ? e->target : last_t.targets[m];
+            int64_t target = unread ? NONE : tab < 0 ? e->target : last_t.targets[m];
             if (tab >= 0 && (uint64_t)target >= start && (uint64_t)target < end) continue;
             if (w + EXIT_WORDS > cap) { result = SF_SMALL; goto done; }
             out[w] = target;
@@ -1083,5 +1294,9 @@ done:
     free(sc.seen);
     free(sc.kill);
     free(sc.values);
+    free(ind_state);
+    free(ind_order);
+    free(ind_slot);
+    free(groups);
     return result;
 }

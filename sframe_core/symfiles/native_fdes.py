@@ -1,0 +1,134 @@
+"""A symbol file's amd64 FDEs made in C (``analysis/native/fdes.c``), where it was built.
+
+With the saved-register analysis in C, the Python around it took most of
+a symbol file's time: an FDE's FREs decoded into records, its rows made
+and split at the analysis's spans, the rows encoded, the C's answer made
+into Python records, and every branch out looked up for ``parts.py``
+(0.1 ms per function; LLDB 23 waits for the whole file of a module with
+debug information). ``fdes.c`` does that work for an FDE in one step, the
+Python's way, and hands back its ``.debug_frame`` program and, only where
+one of them goes somewhere ``parts.Collector`` keeps, its exits. It
+declines what it does not cover (a corrupt record, PC-mask and flexible
+FDEs, gcc's ``.cold`` parts, functions the C analysis declines): those are
+made by the Python, FDE by FDE, so the bytes and the errors are the same
+(``tests/test_native.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from array import array
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from ..analysis import native
+from ..base.abi import AMD64
+
+if TYPE_CHECKING:
+    from ..analysis.saved import Analysis
+    from ..dwarf.debug_frame import Encoded
+    from ..format.section import SFrameSection
+
+__all__ = ["USE", "Made", "fdes_maker", "serves"]
+
+# Whether symbol files ask the C for their FDEs (tests compare both ways).
+USE = True
+
+_FDE_WORDS = 7
+_DONE, _DECLINED = 1, 2
+_SMALL, _NOMEM = -3, -2
+
+
+class _Region(ctypes.Structure):
+    _fields_ = [("vaddr", ctypes.c_uint64), ("filesz", ctypes.c_uint64),
+                ("len", ctypes.c_uint64), ("bytes", ctypes.c_char_p)]
+
+
+class _Section(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_char_p), ("size", ctypes.c_int64), ("version", ctypes.c_int64),
+        ("fixed_ra", ctypes.c_int64), ("fde_base", ctypes.c_int64), ("fde_size", ctypes.c_int64),
+        ("fre_base", ctypes.c_int64), ("fre_end", ctypes.c_int64), ("fre_len", ctypes.c_int64),
+        ("num_fdes", ctypes.c_int64), ("starts", ctypes.c_void_p),
+        ("regions", ctypes.POINTER(_Region)), ("nregions", ctypes.c_int64),
+        ("max_bytes", ctypes.c_int64), ("analyse", ctypes.c_int64)]
+
+
+# One FDE's answer: None where the C declined it (the Python makes it);
+# else its FDE (None: it has no rows) and, where ``parts.Collector`` keeps
+# them, the analysis whose exits it adds.
+Made = tuple["Encoded | None", "Analysis | None"] | None
+
+
+def serves(section: SFrameSection) -> bool:
+    """Whether the C makes ``section``'s FDEs where a symbol file asks
+    (amd64, sorted, no parts given entries, the C built; nothing loaded)."""
+    return USE and section.arch.abi_id == AMD64.abi_id and not section.header.big_endian \
+        and section.header.sorted and not section._entries and native.built()
+
+
+def fdes_maker(section: SFrameSection) -> Callable[[range], list[Made]] | None:
+    """``make(fdes)``: what the C makes of each FDE of ``fdes``; None where it
+    makes none of this section's (not amd64, saved-register rules wanted and
+    no code for them, an unsorted section, parts already given entries, no C)."""
+    from ..analysis.saved import MAX_BYTES, Analysis
+
+    analyse = section.saves_registers and section.code is not None
+    if not serves(section) or (analyse and section.regions is None):
+        return None
+    lib = native.library()
+    if lib is None:
+        return None
+    starts, order = section._table()
+    if order is not None or not isinstance(starts, array):
+        return None  # unsorted, or a start past 2^63: the Python's
+    hdr = section.header
+    data = bytes(section.data)
+    regions = section.regions() if analyse and section.regions is not None else []
+    c_regions = (_Region * max(1, len(regions)))(
+        *(_Region(r.address, r.filesz, len(r.contents), r.contents) for r in regions))
+    c_section = _Section(data, len(data), hdr.version, hdr.cfa_fixed_ra_offset, hdr.fde_base,
+                         hdr.fde_size, hdr.fre_base, hdr.fre_end, hdr.fre_len, hdr.num_fdes,
+                         starts.buffer_info()[0], c_regions, len(regions), MAX_BYTES, analyse)
+    out = array("q", bytes(8 * 4096))
+    prog = ctypes.create_string_buffer(1 << 16)
+    used = ctypes.c_long()
+    keep = (data, regions, c_regions, starts)  # alive while the C reads them
+
+    def make(fdes: range) -> list[Made]:
+        nonlocal out, prog
+        from ..dwarf.debug_frame import Encoded
+
+        assert keep
+        if len(out) < _FDE_WORDS * len(fdes) + 4096:  # the exits that follow are few
+            out = array("q", bytes(8 * (_FDE_WORDS * len(fdes) + 4096)))
+        while True:
+            got = lib.sf_amd64_fdes(ctypes.byref(c_section), fdes.start, fdes.stop,
+                                    out.buffer_info()[0], len(out), prog, len(prog),
+                                    ctypes.byref(used))
+            if got == _NOMEM:
+                raise MemoryError("sframe: out of memory making FDEs")
+            if got != _SMALL:
+                break
+            out = array("q", bytes(16 * len(out)))
+            prog = ctypes.create_string_buffer(2 * len(prog))
+        words: Sequence[int] = out[:got].tolist()
+        programs = prog.raw[:used.value]
+        made: list[Made] = []
+        pos = 0
+        for _ in fdes:
+            status, start, end, signal, at, size, extra = words[pos:pos + _FDE_WORDS]
+            pos += _FDE_WORDS
+            if status == _DECLINED:
+                made.append(None)
+                continue
+            item = Encoded(start, end, bool(signal), False, programs[at:at + size]) \
+                if status == _DONE else None
+            analysis = None
+            if extra:
+                analysis = Analysis((), "", native.exits(words, pos))
+                pos += extra
+            made.append((item, analysis))
+        return made
+
+    return make
