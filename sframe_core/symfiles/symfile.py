@@ -1029,7 +1029,8 @@ def symbol_file_bytes(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
 
 
 def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
-                      jobs: int = 1, store_dir: str | None = None) -> SymbolFile:
+                      jobs: int = 1, store_dir: str | None = None,
+                      debug_file: ModuleInfo | None = None) -> SymbolFile:
     """Write the symbol file for module ``path`` to ``out`` (atomically).
 
     ``jobs`` > 1: a module of ``PARALLEL_MIN_FDES`` FDEs or more is split
@@ -1040,6 +1041,9 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     whole or not at all. ``store_dir``: a directory where the analysis
     results of the module's previous build are kept and this build's left
     (``analysis_store``; ``symbol_file_for`` uses the cache's); the same bytes.
+    ``debug_file``: the file whose debug information to copy, instead of the
+    one found under ``debug_roots`` (the caller checked it is the module's:
+    ``buildid_tree.checked_debug_file``).
 
     :raises SFrameError: one line naming the file and what is wrong; nothing
         is left at ``out`` then.
@@ -1047,6 +1051,8 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     if os.path.exists(out) and os.path.samefile(out, path):
         raise FileError(f"{out}: is the module itself; give another output file")
     plan = _plan(path, debug_roots)
+    if debug_file is not None:
+        plan = plan._replace(base=debug_file)
     frame = _frame(plan, jobs, _store_file(plan, store_dir))
     try:
         _write_atomically(out, plan, frame)
