@@ -1,0 +1,314 @@
+"""``sframe to-dwarf --build-id-dir`` served by a real debuginfod: plain gdb
+(13, 17, 18), LLDB 22 and 23 and eu-stack, with no plugin, fetch the files
+through ``DEBUGINFOD_URLS`` and show the twin's backtrace, live and from cores.
+
+The programs are stripped as Debian's dh_strip strips them: the debug
+information in a separate file (``objcopy --only-keep-debug``, ``strip``,
+``--add-gnu-debuglink``) that the client machine does not have. A program
+(uselib) and its library (libsf.so), built here with ``-g``; the twin keeps
+its ``.eh_frame`` and its debug files are served as they are, by a
+debuginfod of its own (twin and ``.noeh`` share their build-ids); the
+``.noeh`` side gets ``sframe to-dwarf -r`` of its tree. Every server runs on
+a free port, is asked for on 127.0.0.1 only, and is stopped by the fixture.
+
+LLDB 21 from PyPI is not driven: it is built without an HTTP client and
+never asks debuginfod (docs/debuginfod.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+from helpers import missing
+from helpers.gdbtools import GDBS, Gdb
+from helpers.host_programs import FLAGS, SRC
+from helpers.lldbtools import run_lldb
+
+from sframe_core.cli.commands import main
+from sframe_core.symfiles.symfile import read_module
+
+pytestmark = [pytest.mark.gdb]
+
+SIDES = ("twin", "noeh")
+MODULES = ("uselib", "libsf.so")
+_START_TIMEOUT = 60  # seconds for a debuginfod to index its directory
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        missing(f"{name} not installed (scripts/setup.sh installs it)")
+    assert path is not None
+    return path
+
+
+def _run(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, timeout=120)
+
+
+def _build(out: Path) -> None:
+    """uselib and libsf.so with -g, as ``out/twin`` and ``out/noeh`` (no
+    ``.eh_frame``), each stripped with its debug file in ``SIDE-debug``."""
+    flags = [f for f in FLAGS if f != "-g0"] + ["-g"]
+    _run("gcc", *flags, "-fPIC", "-shared", "-o", str(out / "libsf.so"), str(SRC / "libsf.c"))
+    _run("gcc", *flags, "-I", str(SRC), "-o", str(out / "uselib"), str(SRC / "uselib.c"),
+         f"-L{out}", "-lsf", "-Wl,-rpath,$ORIGIN")
+    for side in SIDES:
+        (out / side).mkdir()
+        (out / f"{side}-debug").mkdir()
+        for name in MODULES:
+            module, debug = out / side / name, out / f"{side}-debug" / f"{name}.debug"
+            if side == "twin":
+                shutil.copy2(out / name, module)
+            else:
+                _run("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr",
+                     str(out / name), str(module))
+            _run("objcopy", "--only-keep-debug", str(module), str(debug))
+            _run("strip", "--remove-section=.comment", "--strip-unneeded", str(module))
+            _run("objcopy", f"--add-gnu-debuglink={debug}", str(module))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _serves(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class Server(NamedTuple):
+    url: str
+    process: subprocess.Popen[bytes]
+
+
+def _start(directory: Path, build_ids: list[str], log: Path) -> Server:
+    """A debuginfod scanning ``directory`` (``-F``), once it serves every build-id."""
+    binary = _tool("debuginfod")
+    for _ in range(3):  # another process may take the port between its choice and the bind
+        port = _free_port()
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                [binary, "-F", "-p", str(port), "-d", str(log.with_suffix(".sqlite")),
+                 "-t", "0", "-g", "0", "-c", "1", "--disable-source-scan", str(directory)],
+                stdout=out, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + _START_TIMEOUT
+        while process.poll() is None and time.monotonic() < deadline:
+            if all(_serves(f"{url}/buildid/{b}/debuginfo") for b in build_ids):
+                return Server(url, process)
+            time.sleep(0.2)
+        _stop(process)
+    raise AssertionError(f"debuginfod did not serve {directory}:\n{log.read_text()[-2000:]}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+class Served(NamedTuple):
+    root: Path
+    urls: dict[str, str]  # side -> its server; "plain": the .noeh side's debug files alone
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    for tool in ("gcc", "objcopy", "strip"):
+        _tool(tool)
+    _tool("debuginfod")
+    root = tmp_path_factory.mktemp("debuginfod")
+    _build(root)
+    build_ids = [str(read_module(str(root / "noeh" / name)).build_id) for name in MODULES]
+    assert main(["to-dwarf", "-r", str(root / "noeh"), "--debug-dir", str(root / "noeh-debug"),
+                 "--build-id-dir", str(root / "served")]) == 0
+    trees = {"twin": root / "twin-debug", "noeh": root / "served", "plain": root / "noeh-debug"}
+    servers: dict[str, Server] = {}
+    try:
+        for side, tree in trees.items():
+            servers[side] = _start(tree, build_ids, root / f"{side}.log")
+        yield Served(root, {side: server.url for side, server in servers.items()})
+    finally:
+        for server in servers.values():
+            _stop(server.process)
+
+
+def _env(served: Served, side: str, client: str) -> dict[str, str]:
+    """The client's debuginfod settings: this side's server, a cache of its own."""
+    cache = served.root / "cache" / f"{side}-{client}-{time.monotonic_ns()}"
+    cache.mkdir(parents=True)  # libdebuginfod makes the last directory only
+    return {"DEBUGINFOD_URLS": served.urls[side], "DEBUGINFOD_CACHE_PATH": str(cache),
+            "DEBUGINFOD_TIMEOUT": "30"}
+
+
+def _program(served: Served, side: str) -> Path:
+    return served.root / ("twin" if side == "twin" else "noeh") / "uselib"
+
+
+# -- gdb ---------------------------------------------------------------------------------
+
+
+def _gdb(gdb_path: str, served: Served, side: str) -> Gdb:
+    g = Gdb(gdb_path, plugin=False, env=_env(served, side, "gdb"))
+    g.cmd("set debuginfod enabled on")  # gdbtools turns it off
+    return g
+
+
+_FRAME_LINE = re.compile(r"^#\d+ ", re.M)
+
+
+def _gdb_live(gdb_path: str, served: Served, side: str, core: Path | None = None) -> str:
+    """``bt full`` at stop_here (and ``gcore`` to ``core``)."""
+    with _gdb(gdb_path, served, side) as g:
+        g.cmd(f"file {_program(served, side)}")
+        assert "Breakpoint 1," in g.cmd("break stop_here") + g.cmd("run")
+        text = g.cmd("bt full")
+        if core is not None:
+            assert "Saved corefile" in g.cmd(f"gcore {core}")
+    return text
+
+
+def _gdb_core(gdb_path: str, served: Served, side: str, core: Path) -> str:
+    with _gdb(gdb_path, served, side) as g:
+        g.cmd(f"file {_program(served, side)}")
+        g.cmd(f"core-file {core}")
+        return g.cmd("bt full")
+
+
+def _check_gdb(expected: str, got: str) -> None:
+    assert len(_FRAME_LINE.findall(expected)) >= 7 and " in main (" in expected, expected
+    assert "lib_b (cb=" in expected and "        v = 3\n" in expected, expected
+    assert got == expected
+
+
+def test_gdb_live_and_core(gdb_path: str, served: Served, tmp_path: Path) -> None:
+    """Names, arguments, lines and every frame's locals (``bt full``) as on the
+    twin, live and from a core file; the debug files alone (what a
+    distribution serves today) do not unwind the .noeh program."""
+    cores = {side: tmp_path / f"{side}.core" for side in SIDES}
+    expected = _gdb_live(gdb_path, served, "twin", cores["twin"])
+    _check_gdb(expected, _gdb_live(gdb_path, served, "noeh", cores["noeh"]))
+    _check_gdb(_gdb_core(gdb_path, served, "twin", cores["twin"]),
+               _gdb_core(gdb_path, served, "noeh", cores["noeh"]))
+    if gdb_path == GDBS["gdb13"]:  # once is enough to show the program needs it
+        assert _gdb_live(gdb_path, served, "plain") != expected
+
+
+# -- LLDB ---------------------------------------------------------------------------------
+
+_LLDB_FRAMES = range(1, 7)  # app_callback .. main
+
+
+def _lldb(version: str, served: Served, side: str, target: str, start: list[str]) -> str:
+    url = served.urls[side]
+    commands = [f"settings set plugin.symbol-locator.debuginfod.server-urls {url}", target,
+                *start, "bt"]
+    for level in _LLDB_FRAMES:
+        commands += [f"frame select {level}", "frame variable"]
+    text = run_lldb(version, commands, plugin=False, env=_env(served, side, f"lldb{version}"))
+    return text[text.index("(lldb) bt\n"):]
+
+
+@pytest.mark.parametrize("version", ["22", "23"])
+def test_lldb_live_and_core(version: str, served: Served, tmp_path: Path) -> None:
+    """LLDB 22 and 23 ask debuginfod for the modules' symbol files: the twin's
+    frames, lines and each caller frame's variables, live and from a core."""
+    cores = {side: tmp_path / f"{side}.core" for side in SIDES}
+    live = {side: _lldb(version, served, side, f"target create {_program(served, side)}",
+                        ["b stop_here", "run", f"process save-core {cores[side]}"])
+            for side in SIDES}
+    assert "uselib`main(" in live["twin"] and "libsf.so`lib_b(" in live["twin"], live["twin"]
+    assert "(volatile int) v = 3\n" in live["twin"], live["twin"]
+    assert live["noeh"] == live["twin"]
+    dead = {side: _lldb(version, served, side,
+                        f"target create {_program(served, side)} --core {cores[side]}", [])
+            for side in SIDES}
+    assert "libsf.so`lib_a(" in dead["twin"], dead["twin"]
+    assert dead["noeh"] == dead["twin"]
+
+
+# -- eu-stack ---------------------------------------------------------------------------------
+
+
+def _eu_stack(served: Served, side: str, *args: str) -> str:
+    env = dict(os.environ) | _env(served, side, "eu-stack")
+    res = subprocess.run([_tool("eu-stack"), "-s", "-i", *args], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert "eu-stack:" not in res.stderr, res.stderr
+    return "\n".join(line for line in res.stdout.splitlines() if not line.startswith(("PID",
+                                                                                        "TID")))
+
+
+def _sleeping(served: Served, side: str) -> subprocess.Popen[str]:
+    """The program paused in app_callback, at the addresses of every run (no ASLR)."""
+    process = subprocess.Popen([_tool("setarch"), "x86_64", "-R", str(_program(served, side)),
+                                "sleep"], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().startswith("READY")
+    return process
+
+
+def test_eu_stack_live_and_core(served: Served, tmp_path: Path) -> None:
+    """eu-stack (libdwfl) fetches the files through debuginfod: the twin's
+    frames with inlined ones and source lines (``-i -s``), for a live process
+    (``-p``) and a core; the debug files alone do not unwind the program."""
+    got = {}
+    for side in (*SIDES, "plain"):
+        process = _sleeping(served, side)
+        try:
+            got[side] = _eu_stack(served, side, "-p", str(process.pid))
+            if side != "plain":
+                core = tmp_path / f"{side}.core"
+                _run(GDBS["gdb13"], "-nx", "-batch", "-p", str(process.pid), "-ex",
+                     f"gcore {core}")
+                got[f"{side}-core"] = _eu_stack(served, side, f"--core={core}", "-e",
+                                                str(_program(served, side)))
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+    assert " main\n" in got["twin"] and got["twin"].rstrip().endswith(" _start"), got["twin"]
+    assert got["noeh"] == got["twin"]
+    assert got["noeh-core"] == got["twin-core"]
+    assert got["plain"] != got["twin"]
+
+
+# -- the files ---------------------------------------------------------------------------------
+
+
+def test_served_file_holds_both(served: Served) -> None:
+    """What debuginfod serves for the .noeh library: its build-id note, the
+    debug file's sections and symbol table, the SFrame ``.debug_frame``, and
+    no allocated bytes (SHT_NOBITS, as objcopy --only-keep-debug leaves them)."""
+    library = read_module(str(served.root / "noeh" / "libsf.so"))
+    with urllib.request.urlopen(f"{served.urls['noeh']}/buildid/{library.build_id}/debuginfo",
+                                timeout=30) as answer:
+        data = answer.read()
+    path = served.root / "fetched.debug"
+    path.write_bytes(data)
+    info = read_module(str(path))
+    assert info.build_id == library.build_id
+    names = {sec.name: sec for sec in info.sections}
+    for name in (".debug_info", ".debug_line", ".symtab", ".debug_frame"):
+        assert names[name].type != 8 and names[name].size, name
+    assert all(sec.type in (7, 8) for sec in info.sections if sec.flags & 2), \
+        [(s.name, s.type) for s in info.sections if s.flags & 2 and s.type not in (7, 8)]
