@@ -312,3 +312,67 @@ def test_served_file_holds_both(served: Served) -> None:
         assert names[name].type != 8 and names[name].size, name
     assert all(sec.type in (7, 8) for sec in info.sections if sec.flags & 2), \
         [(s.name, s.type) for s in info.sections if s.flags & 2 and s.type not in (7, 8)]
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def test_debug_file_checked(served: Served, tmp_path: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``--debug-file``: copied in when it is the module's; another module's
+    (another build-id) is refused in one line, and nothing is written."""
+    noeh, debug = served.root / "noeh", served.root / "noeh-debug"
+    out = tmp_path / "uselib.sym"
+    assert main(["to-dwarf", str(noeh / "uselib"), "--debug-file", str(debug / "uselib.debug"),
+                 "-o", str(out)]) == 0
+    names = {sec.name for sec in read_module(str(out)).sections}
+    assert {".debug_info", ".debug_frame", ".symtab"} <= names
+    capsys.readouterr()
+    wrong = tmp_path / "wrong.sym"
+    assert main(["to-dwarf", str(noeh / "uselib"), "--debug-file",
+                 str(debug / "libsf.so.debug"), "-o", str(wrong)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"sframe: {debug / 'libsf.so.debug'}: build-id ") and \
+        err.count("\n") == 1 and "is not that of" in err, err
+    assert not wrong.exists()
+
+
+def test_tree_incremental_and_errors(served: Served, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``-r``: files up to date are left alone, a changed module is made
+    again, ``--force`` remakes all; a module that cannot get a file is one
+    line on stderr and exit status 1, the others are still written; the
+    twin (it has an .eh_frame) is skipped."""
+    tree = tmp_path / "tree"
+    shutil.copytree(served.root / "noeh", tree / "noeh")
+    shutil.copytree(served.root / "twin", tree / "twin")
+    out = tmp_path / "out"
+    args = ["to-dwarf", "-r", str(tree), "--debug-dir", str(served.root / "noeh-debug"),
+            "--build-id-dir", str(out), "-j", "2"]
+    assert main(args) == 0
+    assert "2 written, 0 up to date, 0 failed; 2 skipped" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "0 written, 2 up to date" in capsys.readouterr().out
+    os.utime(tree / "noeh" / "libsf.so")
+    assert main(args) == 0
+    assert "1 written, 1 up to date" in capsys.readouterr().out
+    assert main([*args, "--force"]) == 0
+    assert "2 written, 0 up to date" in capsys.readouterr().out
+    nameless = tree / "noeh" / "nobuildid"
+    _run("objcopy", "--remove-section=.note.gnu.build-id", str(tree / "noeh" / "uselib"),
+         str(nameless))
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"sframe: {nameless}: no build-id note: a build-id tree cannot hold " \
+                           "its symbol file\n"
+    assert "1 failed" in captured.out
+
+
+def test_own_debug_information_warned(served: Served, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A module that carries its own debug information gets its file, and a
+    warning: no debugger asks debuginfod for it."""
+    assert main(["to-dwarf", str(served.root / "libsf.so"), "--build-id-dir",
+                 str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("sframe: warning: ") and "has debug information of its own" in err
