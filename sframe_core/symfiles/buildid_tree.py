@@ -76,29 +76,25 @@ def debug_roots(dirs: Sequence[str]) -> tuple[str, ...]:
 def find_debug_file(module: ModuleInfo, roots: Sequence[str]) -> ModuleInfo | None:
     """The separate debug file of ``module``, or None.
 
-    Where gdb looks (by build-id under each root; the ``.gnu_debuglink``
-    name beside the module, in its ``.debug`` directory, under each root
-    followed by the module's directory), and also the debuglink name
-    directly in each root (a flat directory of ``NAME.debug`` files, as a
-    build leaves them). A file that is not the module's is passed over.
+    Where gdb looks (``symfile``'s search: by build-id under each root; the
+    ``.gnu_debuglink`` name beside the module, in its ``.debug`` directory,
+    under each root followed by the module's directory), then the debuglink
+    name directly in each root (a flat directory of ``NAME.debug`` files, as
+    a build leaves them). A file that is not the module's is passed over.
     """
-    candidates: list[str] = []
-    if module.build_id and len(module.build_id) > 2:
-        candidates += [build_id_path(root, module.build_id) for root in roots]
-    if module.debuglink is not None:
-        here = os.path.dirname(os.path.realpath(module.path))
-        name = module.debuglink[0]
-        candidates += [os.path.join(here, name), os.path.join(here, ".debug", name)]
-        candidates += [os.path.join(root + here, name) for root in roots]
-        candidates += [os.path.join(root, name) for root in roots]
+    from .symfile import _debug_file
+
+    found = _debug_file(module, roots)
+    if found is not None or module.debuglink is None:
+        return found
     real = os.path.realpath(module.path)
-    for candidate in dict.fromkeys(candidates):
-        if not os.path.isfile(candidate) or os.path.realpath(candidate) == real:
-            continue
-        try:
-            return checked_debug_file(module, candidate)
-        except FileError:
-            continue
+    for root in roots:
+        candidate = os.path.join(root, module.debuglink[0])
+        if os.path.isfile(candidate) and os.path.realpath(candidate) != real:
+            try:
+                return checked_debug_file(module, candidate)
+            except FileError:
+                continue
     return None
 
 
