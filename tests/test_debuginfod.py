@@ -3,8 +3,9 @@
 through ``DEBUGINFOD_URLS`` and show the twin's backtrace, live and from cores.
 
 The programs are stripped as Debian's dh_strip strips them: the debug
-information in a separate file (``objcopy --only-keep-debug``, ``strip``,
-``--add-gnu-debuglink``) that the client machine does not have. A program
+information in a separate file (``objcopy --only-keep-debug
+--compress-debug-sections``, ``strip``, ``--add-gnu-debuglink``) that the
+client machine does not have. A program
 (uselib) and its library (libsf.so), built here with ``-g``; the twin keeps
 its ``.eh_frame`` and its debug files are served as they are, by a
 debuginfod of its own (twin and ``.noeh`` share their build-ids); the
@@ -74,7 +75,8 @@ def _build(out: Path) -> None:
             else:
                 _run("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr",
                      str(out / name), str(module))
-            _run("objcopy", "--only-keep-debug", str(module), str(debug))
+            _run("objcopy", "--only-keep-debug", "--compress-debug-sections", str(module),
+                 str(debug))
             _run("strip", "--remove-section=.comment", "--strip-unneeded", str(module))
             _run("objcopy", f"--add-gnu-debuglink={debug}", str(module))
 
