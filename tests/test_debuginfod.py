@@ -373,8 +373,17 @@ def test_tree_incremental_and_errors(served: Served, tmp_path: Path,
 def test_own_debug_information_warned(served: Served, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     """A module that carries its own debug information gets its file, and a
-    warning: no debugger asks debuginfod for it."""
+    warning: no debugger asks debuginfod for it (alone, and in a tree)."""
     assert main(["to-dwarf", str(served.root / "libsf.so"), "--build-id-dir",
-                 str(tmp_path)]) == 0
+                 str(tmp_path / "one")]) == 0
     err = capsys.readouterr().err
     assert err.startswith("sframe: warning: ") and "has debug information of its own" in err
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    _run("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr",
+         str(served.root / "libsf.so"), str(tree / "libsf.so"))
+    assert main(["to-dwarf", "-r", str(tree), "--build-id-dir", str(tmp_path / "all")]) == 0
+    err = capsys.readouterr().err
+    assert err == (f"sframe: warning: {tree / 'libsf.so'} has debug information of its own: "
+                   "debuggers will not look up this file by build-id (strip the module and keep "
+                   "its debug file: objcopy --only-keep-debug, strip, --debug-file)\n"), err

@@ -433,6 +433,9 @@ def _to_dwarf_tree(args: argparse.Namespace) -> int:
                      f" up to date, {len(failed) + len(tree.errors)} failed; {tree.skipped} "
                      "skipped (no .sframe, an .eh_frame, or a build-id seen before)\n")
     sys.stdout.flush()
+    for outcome in outcomes:
+        if outcome.status == "written" and outcome.job.own_debug_info:
+            _error(sys.stderr, _OWN_DEBUG_INFO.format(outcome.job.module))
     for text in [*tree.errors, *failed]:
         _error(sys.stderr, text)
     return 1 if failed or tree.errors else 0

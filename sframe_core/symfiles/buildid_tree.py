@@ -105,6 +105,7 @@ class Job(NamedTuple):
     out: str
     debug_file: str | None  # its separate debug file; None: its own sections
     force: bool = False
+    own_debug_info: bool = False  # the module has .debug_info: no client looks this file up
 
 
 class Outcome(NamedTuple):
@@ -162,7 +163,7 @@ def plan_tree(paths: Sequence[str], out_root: str, roots: Sequence[str],
         taken.add(module.build_id)
         found = None if module.has_debug_info else find_debug_file(module, roots)
         jobs.append(Job(path, build_id_path(out_root, module.build_id),
-                        found.path if found is not None else None, force))
+                        found.path if found is not None else None, force, module.has_debug_info))
     return Tree(jobs, errors, skipped)
 
 
