@@ -37,7 +37,7 @@ from helpers.host_programs import FLAGS, SRC
 from helpers.lldbtools import run_lldb
 
 from sframe_core.cli.commands import main
-from sframe_core.symfiles.symfile import read_module
+from sframe_core.symfiles.symfile import build_id_path, read_module
 
 pytestmark = [pytest.mark.gdb]
 
@@ -387,3 +387,24 @@ def test_own_debug_information_warned(served: Served, tmp_path: Path,
     assert err == (f"sframe: warning: {tree / 'libsf.so'} has debug information of its own: "
                    "debuggers will not look up this file by build-id (strip the module and keep "
                    "its debug file: objcopy --only-keep-debug, strip, --debug-file)\n"), err
+
+
+def test_tree_debug_files_by_build_id(served: Served, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``--debug-dir DIR/.build-id`` (a /usr/lib/debug/.build-id): the debug
+    files are found by build-id and copied in."""
+    debug_root = tmp_path / "usr-lib-debug"
+    for name in MODULES:
+        build_id = str(read_module(str(served.root / "noeh" / name)).build_id)
+        target = Path(build_id_path(str(debug_root), build_id))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(served.root / "noeh-debug" / f"{name}.debug", target)
+    out = tmp_path / "out"
+    assert main(["to-dwarf", "-r", str(served.root / "noeh"), "--debug-dir",
+                 str(debug_root / ".build-id"), "--build-id-dir", str(out)]) == 0
+    assert capsys.readouterr().err == ""
+    made = sorted(out.glob(".build-id/*/*.debug"))
+    assert len(made) == 2
+    for path in made:
+        names = {sec.name for sec in read_module(str(path)).sections if sec.type != 8}
+        assert {".debug_info", ".debug_line", ".debug_frame"} <= names, (path, names)
