@@ -408,3 +408,37 @@ def test_tree_debug_files_by_build_id(served: Served, tmp_path: Path,
     for path in made:
         names = {sec.name for sec in read_module(str(path)).sections if sec.type != 8}
         assert {".debug_info", ".debug_line", ".debug_frame"} <= names, (path, names)
+
+
+def test_compressed_debug_frame_kept(tmp_path: Path) -> None:
+    """A ``-fno-asynchronous-unwind-tables`` library: its CFI is a
+    ``.debug_frame`` in its (compressed, as dh_strip leaves it) debug file,
+    its ``.eh_frame`` a lone terminator. ``-r`` takes it; the file keeps
+    the compiler's FDEs, uncompressed, and adds SFrame's for what they do
+    not cover: the same ``.debug_frame`` as from the uncompressed debug file."""
+    for tool in ("gcc", "objcopy", "strip"):
+        _tool(tool)
+    flags = [f for f in FLAGS if f != "-g0"] + ["-g", "-fno-asynchronous-unwind-tables"]
+    lib, debug, plain = tmp_path / "lib" / "libsf.so", tmp_path / "libsf.debug", tmp_path / "p"
+    lib.parent.mkdir()
+    _run("gcc", *flags, "-fPIC", "-shared", "-o", str(lib), str(SRC / "libsf.c"))
+    _run("objcopy", "--only-keep-debug", "--compress-debug-sections", str(lib), str(debug))
+    _run("objcopy", "--decompress-debug-sections", str(debug), str(plain))
+    _run("strip", "--strip-unneeded", str(lib))
+    _run("objcopy", f"--add-gnu-debuglink={debug}", str(lib))
+    assert main(["to-dwarf", "-r", str(lib.parent), "--debug-dir", str(tmp_path),
+                 "--build-id-dir", str(tmp_path / "out")]) == 0
+    assert main(["to-dwarf", str(lib), "--debug-file", str(plain), "-o", str(tmp_path / "x")]) == 0
+    (made,) = (tmp_path / "out").glob(".build-id/*/*.debug")
+    frames = [_section_bytes(path, ".debug_frame") for path in (made, tmp_path / "x")]
+    assert frames[0] == frames[1]
+    compiler = _section_bytes(plain, ".debug_frame")
+    assert frames[0].startswith(compiler) and len(frames[0]) > len(compiler)
+
+
+def _section_bytes(path: Path, name: str) -> bytes:
+    sec = read_module(str(path)).section(name)
+    assert sec is not None, (path, name)
+    with open(path, "rb") as stream:
+        stream.seek(sec.offset)
+        return stream.read(sec.size)

@@ -126,9 +126,12 @@ class Tree(NamedTuple):
 def _needs_symbol_file(module: ModuleInfo) -> bool:
     """Has ``.sframe`` and no ``.eh_frame``: the modules a DWARF consumer
     cannot unwind alone. One with an ``.eh_frame`` is left to it (and to the
-    debug file its distribution serves)."""
+    debug file its distribution serves); a lone 4-byte terminator, which
+    ``-fno-asynchronous-unwind-tables`` builds have, is none."""
     if module.sections:
-        return _has_bytes(module, ".sframe") and not _has_bytes(module, ".eh_frame")
+        eh_frame = module.section(".eh_frame")
+        return _has_bytes(module, ".sframe") and (
+            eh_frame is None or eh_frame.type == _SHT_NOBITS or eh_frame.size <= 4)
     kinds = {ph[0] for ph in module.phdrs}
     return _PT_GNU_SFRAME in kinds and _PT_GNU_EH_FRAME not in kinds
 
