@@ -338,8 +338,9 @@ def _configure_to_dwarf(parser: argparse.ArgumentParser) -> None:
                              "(DIR, default $XDG_CACHE_HOME/sframe-gdb/symbols), unless it is "
                              "there already; prints its path")
     parser.add_argument("-j", "--jobs", metavar="N", type=_jobs, default=None,
-                        help="worker processes for a large module (default: the usable CPUs, "
-                             "at most 8; 1: in this process); the output is the same")
+                        help="worker processes for a large module (with -r: modules made at "
+                             "once) (default: the usable CPUs, at most 8; 1: in this process); "
+                             "the output is the same")
 
 
 def _jobs(text: str) -> int:
