@@ -2,8 +2,9 @@
 # The main job, for a newcomer: set everything up, build the bundled example
 # the way distributions build (-O2 -fomit-frame-pointer, SFrame on), drop its
 # .eh_frame, and show what gdb and LLDB make of it without and then with the
-# plugin, next to what they make of the twin that kept its .eh_frame; then
-# `sframe verify` on the example and on a copy with one wrong row.
+# plugin, next to what they make of the twin that kept its .eh_frame; plain gdb
+# served the stripped example's file by a debuginfod; then `sframe verify` on
+# the example and on a copy with one wrong row.
 # tests/test_demo.py runs it and checks each section's key lines.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -89,6 +90,37 @@ gdb_run "$build/demo.noeh" -ex "source $repo/sframe_gdb.py"
 gdb_extra=()
 sub "the twin, demo (with .eh_frame), plain gdb"
 gdb_run "$build/demo"
+
+# Many machines (docs/debuginfod.md): demo.noeh stripped as distributions ship
+# it, served by a debuginfod on a free loopback port, stopped after each gdb.
+serve_gdb() {  # DIR: what the server scans
+    local dir=$1 port pid
+    command -v debuginfod >/dev/null || { echo "debuginfod is not installed (scripts/setup.sh installs it)"; return; }
+    port=$("$repo/.venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    debuginfod -F -p "$port" -d "$dir.sqlite" -t 0 -g 0 --disable-source-scan "$dir" >"$dir.log" 2>&1 &
+    pid=$!
+    "$repo/.venv/bin/python" -c 'import sys, time, urllib.request as u
+for _ in range(600):
+    try: u.urlopen(sys.argv[1], timeout=2); break
+    except Exception: time.sleep(0.1)' "http://127.0.0.1:$port/buildid/$(readelf -n "$build/demo.strip" | awk '/Build ID/ {print $3}')/debuginfo"
+    DEBUGINFOD_URLS=http://127.0.0.1:$port DEBUGINFOD_CACHE_PATH=$dir.cache \
+        gdb_run "$build/demo.strip" -iex 'set debuginfod enabled on'
+    kill "$pid"; wait "$pid" || true
+}
+say "Many machines: plain gdb $gdb_version fetches the debug file from a debuginfod (no plugin)"
+look "demo.strip (demo.noeh stripped, its debug information in dbg/demo.debug) served its debug file alone" \
+     "ends in ??; served sframe to-dwarf's file (that debug information and the .debug_frame), every frame and value is the twin's."
+rm -rf "$build"/{dbg,served}{,.sqlite,.cache,.log} && mkdir "$build/dbg"
+# (objcopy warns of the layout the removed .eh_frame left: nothing lost)
+objcopy --only-keep-debug "$build/demo.noeh" "$build/dbg/demo.debug" 2>/dev/null
+strip --strip-unneeded -o "$build/demo.strip" "$build/demo.noeh"
+objcopy --add-gnu-debuglink="$build/dbg/demo.debug" "$build/demo.strip"
+sub "served dbg/demo.debug alone (what a distribution's debuginfod has)"
+serve_gdb "$build/dbg"
+sub "served: sframe to-dwarf demo.strip --debug-file dbg/demo.debug --build-id-dir served"
+sframe to-dwarf "$build/demo.strip" --debug-file "$build/dbg/demo.debug" \
+    --build-id-dir "$build/served" >/dev/null
+serve_gdb "$build/served"
 
 lldb_version=$("$lldb" --version | head -1 | awk '{print $NF}')
 say "LLDB $lldb_version: bt, and read_records' registers and variables (frame 2)"

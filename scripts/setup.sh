@@ -43,6 +43,9 @@ if [ -z "${SETUP_SKIP_APT:-}" ]; then
   for p in libsframe3 libsframe2 libsframe1 libsframe0; do
     if apt_has "$p"; then pkgs+=("$p"); break; fi
   done
+  # debuginfod (elfutils' server): tests/test_debuginfod.py serves symbol files
+  # with it to plain gdb, LLDB and eu-stack; Debian 12 and 13 both have it
+  if apt_has debuginfod; then pkgs+=(debuginfod); fi
   # optional: newest apt lldb with python bindings (Debian 13 has lldb-22)
   if [ -n "${SETUP_APT_LLDB:-}" ]; then
     for v in 23 22 21 20 19; do

@@ -5,7 +5,8 @@ every section is checked against its own "Look at:" line: gdb's and LLDB's
 backtraces of the example without the plugin differ from the twin's and with
 it equal them; frame 2's registers and variables with the plugin are the
 twin's (parsed from the output, not written down here); each debugger says
-which route serves the example; `sframe verify` passes the example and names
+which route serves the example; plain gdb served by a debuginfod shows the
+twin's frames and values; `sframe verify` passes the example and names
 the planted row's function and PC in the copy. A section that rots fails here.
 """
 
@@ -176,3 +177,19 @@ def test_verify(demo: tuple[str, Path]) -> None:
             f"saved; CFI: CFA = rsp + {old}; RA at CFA - 8; FP not saved") in bad.splitlines()
     assert " 1 DISAGREE, " in bad.splitlines()[-2] and bad.splitlines()[-2].endswith(": FAIL")
     assert bad.splitlines()[-1] == "exit 1"
+
+
+def test_debuginfod(demo: tuple[str, Path]) -> None:
+    """Plain gdb served by a debuginfod: the debug file alone ends in ??; the
+    file of ``sframe to-dwarf --debug-file`` gives the twin's frames, frame
+    2's registers and variables (docs/debuginfod.md)."""
+    text, _ = demo
+    twin = commands(subsections(section(text, "gdb "))[2], "gdb")
+    alone, served = (commands(part, "gdb")
+                     for part in subsections(section(text, "Many machines: ")))
+    twin_bt = gdb_bt(twin["bt"])
+    assert gdb_bt(served["bt"]) == twin_bt
+    assert gdb_bt(alone["bt"]) != twin_bt and gdb_bt(alone["bt"])[-1].name == "??"
+    for command in ("frame 2", "info registers rbx rbp r12 r13", "info locals"):
+        assert served[command] == twin[command], command
+    assert gdb_locals(alone["info locals"]) != gdb_locals(twin["info locals"])

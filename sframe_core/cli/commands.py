@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from ..base.errors import FileError, SFrameError
 from ..base.files import MAX_SECTION_SIZE, read_regular
@@ -214,6 +214,34 @@ def _configure_verify(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
+_J = TypeVar("_J")
+_R = TypeVar("_R")
+
+
+def _in_parallel(run: Callable[[_J], _R], jobs: Sequence[_J], names: Sequence[str],
+                 workers: int | None) -> list[_R]:
+    """``run`` on every job, in worker processes (``workers``, default the
+    CPUs, at most 8), results in order; a progress line naming each job as it
+    is done, on a terminal only (a log or a pipe gets none)."""
+    if len(jobs) < 2:
+        return [run(job) for job in jobs]
+    import multiprocessing
+
+    results: list[_R] = []
+    progress = sys.stderr.isatty()
+    count = max(1, min(workers or os.cpu_count() or 1, 8, len(jobs)))
+    with multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork").Pool(
+            count) as pool:
+        for done, result in enumerate(pool.imap(run, jobs, chunksize=1), 1):
+            results.append(result)
+            if progress:
+                sys.stderr.write(f"\r[{done}/{len(jobs)}] {names[done - 1][-60:]:<60}")
+                sys.stderr.flush()
+    if progress:
+        sys.stderr.write("\r" + " " * 80 + "\r")
+    return results
+
+
 def _verify_one(job: tuple[str, str | None, bool]) -> object:
     from .verify import safe_verify
 
@@ -240,21 +268,8 @@ def run_verify(args: argparse.Namespace) -> int:
     else:
         paths = list(args.files)
     jobs = [(path, args.against, args.kernel) for path in paths]
-    results: list[object] = []
-    progress = args.recursive and sys.stderr.isatty()
-    if args.recursive and len(jobs) > 1:
-        import multiprocessing
-
-        workers = max(1, min(args.jobs or os.cpu_count() or 1, 8, len(jobs)))
-        with multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork").Pool(
-                workers) as pool:
-            for done, result in enumerate(pool.imap(_verify_one, jobs, chunksize=1), 1):
-                results.append(result)
-                if progress:
-                    sys.stderr.write(f"\r[{done}/{len(jobs)}] {jobs[done - 1][0][-60:]:<60}")
-                    sys.stderr.flush()
-        if progress:
-            sys.stderr.write("\r" + " " * 80 + "\r")
+    if args.recursive:
+        results = _in_parallel(_verify_one, jobs, [job[0] for job in jobs], args.jobs)
     else:
         results = [safe_verify(*job) for job in jobs]
     reports: list[Report] = []
@@ -298,7 +313,21 @@ command("backtrace", "unwind every thread of a core file or a live process",
 
 
 def _configure_to_dwarf(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE", help="ELF executable or library with .sframe")
+    parser.add_argument("file", metavar="FILE",
+                        help="ELF executable or library with .sframe (with -r: a directory)")
+    parser.add_argument("--debug-file", metavar="DEBUGFILE",
+                        help="copy the debug information of DEBUGFILE, FILE's separate debug "
+                             "file (objcopy --only-keep-debug), into the symbol file")
+    parser.add_argument("-r", "--recursive", action="store_true",
+                        help="with --build-id-dir: a symbol file for every ELF file under the "
+                             "directory FILE that has .sframe and no .eh_frame, in parallel; "
+                             "files there and up to date are left as they are")
+    parser.add_argument("--debug-dir", metavar="DIR", action="append", default=[],
+                        help="with -r: look for separate debug files under DIR too, by build-id "
+                             "(DIR/.build-id/xx/yyyy.debug) or .gnu_debuglink name "
+                             "(repeatable; /usr/lib/debug and beside each file always)")
+    parser.add_argument("--force", action="store_true",
+                        help="with -r: remake the files that are up to date too")
     parser.add_argument("-o", "--output", metavar="OUT",
                         help="write the symbol file to OUT (default: FILE.debug)")
     parser.add_argument("--build-id-dir", metavar="DIR",
@@ -309,8 +338,9 @@ def _configure_to_dwarf(parser: argparse.ArgumentParser) -> None:
                              "(DIR, default $XDG_CACHE_HOME/sframe-gdb/symbols), unless it is "
                              "there already; prints its path")
     parser.add_argument("-j", "--jobs", metavar="N", type=_jobs, default=None,
-                        help="worker processes for a large module (default: the usable CPUs, "
-                             "at most 8; 1: in this process); the output is the same")
+                        help="worker processes for a large module (with -r: modules made at "
+                             "once) (default: the usable CPUs, at most 8; 1: in this process); "
+                             "the output is the same")
 
 
 def _jobs(text: str) -> int:
@@ -326,6 +356,7 @@ _jobs.__name__ = "positive integer"  # argparse: "invalid positive integer value
 @command("to-dwarf", "write a symbol file whose .debug_frame says what .sframe says",
          _configure_to_dwarf)
 def run_to_dwarf(args: argparse.Namespace) -> int:
+    from ..symfiles.buildid_tree import checked_debug_file
     from ..symfiles.symfile import (
         build_id_path,
         default_jobs,
@@ -336,6 +367,13 @@ def run_to_dwarf(args: argparse.Namespace) -> int:
 
     if sum(x is not None for x in (args.output, args.build_id_dir, args.cache)) > 1:
         raise UsageError("give one of -o OUT, --build-id-dir DIR and --cache")
+    if args.recursive:
+        return _to_dwarf_tree(args)
+    if args.debug_dir or args.force:
+        raise UsageError("--debug-dir and --force go with -r")
+    if args.debug_file is not None and args.cache is not None:
+        raise UsageError("--debug-file does not go with --cache (the plugins find debug files "
+                         "themselves)")
     jobs = args.jobs or default_jobs()
     if args.cache is not None:
         # The plugins' cache (symfile.symbol_file_for): a debugger can have
@@ -346,8 +384,10 @@ def run_to_dwarf(args: argparse.Namespace) -> int:
         sys.stdout.write(f"{found.path}\n")
         return 0
     out = args.output or f"{args.file}.debug"
+    module = read_module(args.file)
+    debug = None if args.debug_file is None else checked_debug_file(module, args.debug_file)
     if args.build_id_dir:
-        build_id = read_module(args.file).build_id
+        build_id = module.build_id
         if not build_id:
             raise CommandFailed(f"{args.file}: no build-id note: use -o OUT")
         out = build_id_path(args.build_id_dir, build_id)
@@ -355,9 +395,51 @@ def run_to_dwarf(args: argparse.Namespace) -> int:
             os.makedirs(os.path.dirname(out), exist_ok=True)
         except OSError as exc:
             raise CommandFailed(f"{os.path.dirname(out)}: {exc.strerror or exc}") from None
-    made = write_symbol_file(args.file, out, jobs=jobs)
+    made = write_symbol_file(args.file, out, jobs=jobs, debug_file=debug)
+    if args.build_id_dir and module.has_debug_info:
+        _error(sys.stderr, _OWN_DEBUG_INFO.format(args.file))
     sys.stdout.write(f"{made.path}\n")
     return 0
+
+
+# gdb, LLDB and libdwfl look for a separate debug file (by build-id, through
+# debuginfod) only for a module without debug information of its own.
+_OWN_DEBUG_INFO = ("warning: {} has debug information of its own: debuggers will not look up "
+                   "this file by build-id (strip the module and keep its debug file: "
+                   "objcopy --only-keep-debug, strip, --debug-file)")
+
+
+def _to_dwarf_tree(args: argparse.Namespace) -> int:
+    """``to-dwarf -r DIR --build-id-dir OUT``: every module of a tree, in
+    parallel; one line on stderr per module that failed (exit status 1)."""
+    from ..symfiles.buildid_tree import Outcome, debug_roots, make, plan_tree
+    from .verify import walk_elves
+
+    if args.build_id_dir is None:
+        raise UsageError("-r writes into a build-id tree: give --build-id-dir DIR")
+    if args.debug_file is not None:
+        raise UsageError("--debug-file goes with one FILE; with -r use --debug-dir DIR")
+    if not os.path.isdir(args.file):
+        raise UsageError(f"{args.file}: not a directory (-r walks directories)")
+    tree = plan_tree(walk_elves(args.file), args.build_id_dir, debug_roots(args.debug_dir),
+                     args.force)
+    outcomes: list[Outcome] = _in_parallel(make, tree.jobs, [j.module for j in tree.jobs],
+                                           args.jobs)
+    failed = [o.text for o in outcomes if o.status == "failed"]
+    for outcome in outcomes:
+        if outcome.status == "written":
+            sys.stdout.write(f"{outcome.job.out}\n")
+    written = sum(o.status == "written" for o in outcomes)
+    sys.stdout.write(f"{PROG} to-dwarf: {written} written, {len(outcomes) - written - len(failed)}"
+                     f" up to date, {len(failed) + len(tree.errors)} failed; {tree.skipped} "
+                     "skipped (no .sframe, an .eh_frame, or a build-id seen before)\n")
+    sys.stdout.flush()
+    for outcome in outcomes:
+        if outcome.status == "written" and outcome.job.own_debug_info:
+            _error(sys.stderr, _OWN_DEBUG_INFO.format(outcome.job.module))
+    for text in [*tree.errors, *failed]:
+        _error(sys.stderr, text)
+    return 1 if failed or tree.errors else 0
 
 
 # -- cache (sframe_core/symfiles/cache.py) ----------------------------------------------

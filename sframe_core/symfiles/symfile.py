@@ -84,6 +84,8 @@ GENERATOR = 14
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3
 _SHF_ALLOC = 0x2
+_SHF_COMPRESSED = 0x800
+_ELFCOMPRESS_ZLIB, _CHDR_SIZE = 1, 24
 _PT_LOAD, _PT_NOTE, _PT_PHDR = 1, 4, 6
 _ET_REL = 1
 _EHDR_SIZE, _PHDR_SIZE, _SHDR_SIZE = 64, 56, 64
@@ -596,15 +598,33 @@ def _sframe_bytes(module: ModuleInfo) -> bytes:
 
 
 def _existing_frame(base: ModuleInfo) -> bytes:
-    """The compiler's own ``.debug_frame`` in the copied sections, if any."""
+    """The compiler's own ``.debug_frame`` in the copied sections, if any
+    (uncompressed: a separate debug file's sections usually are compressed)."""
     sec = base.section(".debug_frame")
     if sec is None or sec.type == _SHT_NOBITS or not sec.size:
         return b""
     try:
         with open(base.path, "rb") as stream:
-            return _read_at(stream, sec.offset, sec.size, base.size, ".debug_frame", base.path)
+            data = _read_at(stream, sec.offset, sec.size, base.size, ".debug_frame", base.path)
     except OSError as exc:
         raise FileError(f"{base.path}: {exc.strerror or exc}") from None
+    return _uncompressed(data, base.big_endian) if sec.flags & _SHF_COMPRESSED else data
+
+
+def _uncompressed(data: bytes, big_endian: bool) -> bytes:
+    """An ``SHF_COMPRESSED`` section's bytes, or b"" when they cannot be read
+    (not zlib, corrupt): the caller then treats the section as unreadable."""
+    if len(data) < _CHDR_SIZE:
+        return b""
+    kind, _reserved, size, _align = struct.unpack_from((">" if big_endian else "<") + "IIQQ", data)
+    if kind != _ELFCOMPRESS_ZLIB:
+        return b""  # zstd: not in Python's standard library before 3.14
+    try:
+        out = zlib.decompressobj()
+        raw = out.decompress(data[_CHDR_SIZE:], size + 1)
+    except zlib.error:
+        return b""
+    return raw if len(raw) == size else b""
 
 
 def _fde_ranges(data: bytes, big_endian: bool) -> list[tuple[int, int]] | None:
@@ -1029,7 +1049,8 @@ def symbol_file_bytes(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
 
 
 def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
-                      jobs: int = 1, store_dir: str | None = None) -> SymbolFile:
+                      jobs: int = 1, store_dir: str | None = None,
+                      debug_file: ModuleInfo | None = None) -> SymbolFile:
     """Write the symbol file for module ``path`` to ``out`` (atomically).
 
     ``jobs`` > 1: a module of ``PARALLEL_MIN_FDES`` FDEs or more is split
@@ -1040,6 +1061,9 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     whole or not at all. ``store_dir``: a directory where the analysis
     results of the module's previous build are kept and this build's left
     (``analysis_store``; ``symbol_file_for`` uses the cache's); the same bytes.
+    ``debug_file``: the file whose debug information to copy, instead of the
+    one found under ``debug_roots`` (the caller checked it is the module's:
+    ``buildid_tree.checked_debug_file``).
 
     :raises SFrameError: one line naming the file and what is wrong; nothing
         is left at ``out`` then.
@@ -1047,6 +1071,8 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     if os.path.exists(out) and os.path.samefile(out, path):
         raise FileError(f"{out}: is the module itself; give another output file")
     plan = _plan(path, debug_roots)
+    if debug_file is not None:
+        plan = plan._replace(base=debug_file)
     frame = _frame(plan, jobs, _store_file(plan, store_dir))
     try:
         _write_atomically(out, plan, frame)
