@@ -218,3 +218,66 @@ def _lldb14_as_shipped() -> None:
 # Debian 13 has no lldb-14: the test exists where setup.sh installs it.
 if "deb14" in debian_lldbs():
     test_lldb14_as_shipped = _lldb14_as_shipped
+
+
+@pytest.fixture(scope="module")
+def threads(demo: Path) -> Path:
+    """tests/fixtures/src/threads.c at -O2 -g, twin's and .noeh's: three
+    threads, each in its own call chain."""
+    source = ROOT / "tests" / "fixtures" / "src"
+    for side in ("twin", "noeh"):
+        out = demo / side / "threads"
+        subprocess.run(["gcc", "-O2", "-g", "-fomit-frame-pointer", "-Wa,--gsframe", "-I",
+                        str(source), str(source / "threads.c"), "-pthread", "-o", str(out)],
+                       check=True)
+        if side == "noeh":
+            subprocess.run(["objcopy", "--remove-section=.eh_frame",
+                            "--remove-section=.eh_frame_hdr", str(out)], check=True)
+    return demo
+
+
+def _own_frames(text: str) -> list[list[tuple[int | None, str | None]]]:
+    """Each thread's callers in the program itself (``bt all``), after its
+    first frame there: where a polling thread is in its loop and in libc
+    depends on timing."""
+    chains = []
+    for chunk in text.split("thread #")[1:]:
+        frames = [(f.pc, f.name) for f in parse_bt(chunk) if f.module == "threads"]
+        chains.append(frames[1:])
+    return sorted(chains, key=repr)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_threads_g(version: str, threads: Path) -> None:
+    def commands(side: str, create: str) -> list[str]:
+        return [f"{create} {threads / side / 'threads'}", "breakpoint set -n stop_here",
+                "process launch", "bt all"]
+    want = _own_frames(command_output(run_lldb(version, commands("twin", "target create"),
+                                               plugin=False), "bt all"))
+    got = _own_frames(command_output(run_lldb(version, commands("noeh", "sframe create")), "bt all"))
+    assert len(want) == 4 and sum(map(bool, want)) >= 3, want
+    assert got == want
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_attach_g(version: str, threads: Path) -> None:
+    """Attach to the threads program (``sleep`` mode, ASLR off for both)."""
+    setarch = shutil.which("setarch")
+    if setarch is None:
+        missing("setarch is not installed (util-linux)")
+
+    def frames(side: str, create: str, plugin: bool) -> list[list[tuple[int | None, str | None]]]:
+        path = threads / side / "threads"
+        proc = subprocess.Popen([setarch, "-R", str(path), "sleep"], stdout=subprocess.PIPE,
+                                text=True)
+        try:
+            assert proc.stdout is not None and "READY" in proc.stdout.readline()
+            out = run_lldb(version, [f"{create} {path}", f"process attach -p {proc.pid}", "bt all",
+                                     "process detach"], plugin=plugin)
+        finally:
+            proc.kill()
+            proc.wait()
+        return _own_frames(command_output(out, "bt all"))
+    want = frames("twin", "target create", False)
+    assert len(want) == 4 and sum(map(bool, want)) >= 3, want
+    assert frames("noeh", "sframe create", True) == want
