@@ -287,6 +287,11 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget, *,
             continue
         if old is not None or key in _covered:
             continue
+        original = locate.copy_of(key[0])
+        if original is not None:
+            seen[key] = Route(NATIVE, _name(module), f"{key[0]} (the module LLDB loaded for "
+                              f"{original}, from the locate-module callback)")
+            continue
         wanted = _wants_route(target, module)
         if wanted is None:
             continue  # not loaded yet: asked again at the next stop

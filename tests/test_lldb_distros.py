@@ -281,3 +281,42 @@ def test_attach_g(version: str, threads: Path) -> None:
     want = frames("twin", "target create", False)
     assert len(want) == 4 and sum(map(bool, want)) >= 3, want
     assert frames("noeh", "sframe create", True) == want
+
+
+@pytest.fixture(scope="module")
+def library(demo: Path) -> Path:
+    """tests/fixtures/src/uselib.c and libsf.c at -O2 -g: the .noeh side's
+    library without .eh_frame, its program with (a library of its own
+    debug information: what the locate-module callback serves)."""
+    source = ROOT / "tests" / "fixtures" / "src"
+    flags = ["gcc", "-O2", "-g", "-fomit-frame-pointer", "-Wa,--gsframe", "-I", str(source)]
+    for side in ("twin", "noeh"):
+        out = demo / side
+        subprocess.run([*flags, "-fPIC", "-shared", "-Wl,-soname,libsf.so", "-o",
+                        str(out / "libsf.so"), str(source / "libsf.c")], check=True)
+        subprocess.run([*flags, "-o", str(out / "uselib"), str(source / "uselib.c"), "-L",
+                        str(out), "-lsf", "-Wl,-rpath,$ORIGIN"], check=True)
+        if side == "noeh":
+            subprocess.run(["objcopy", "--remove-section=.eh_frame",
+                            "--remove-section=.eh_frame_hdr", str(out / "libsf.so")], check=True)
+    return demo
+
+
+# The locate-module callback came with LLDB 17: 14 and 16 leave the library
+# to LLDB's own unwinder, and say so.
+CALLBACK_VERSIONS = [v for v in VERSIONS if major(v) >= 17]
+
+
+@pytest.mark.parametrize("version", CALLBACK_VERSIONS)
+def test_library_g(version: str, library: Path) -> None:
+    """A -g library without .eh_frame: before 22 the callback gives LLDB a
+    copy of it with the SFrame rows as the module; ``image show-unwind``
+    has the DWARF CFI plan, and the frames and values are the twin's."""
+    def commands(side: str) -> list[str]:
+        return [f"target create {library / side / 'uselib'}", "breakpoint set -n stop_here",
+                "process launch", *ASKED, "image show-unwind -n lib_b"]
+    want = run_lldb(version, commands("twin"), plugin=False)
+    got = run_lldb(version, [*commands("noeh"), "sframe status"])
+    _same(want, got, ASKED)
+    assert "debug_frame UnwindPlan" in command_output(got, "image show-unwind -n lib_b"), got
+    assert "libsf.so: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
