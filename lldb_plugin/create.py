@@ -61,9 +61,12 @@ def create_target(debugger: lldb.SBDebugger, path: str, core: str | None) -> str
     if not result.Succeeded():
         raise SFrameError((result.GetError() or "target create failed").strip())
     text = (result.GetOutput() or "").rstrip()
-    if copy is None:
-        return text
     target = debugger.GetSelectedTarget()
+    if copy is None:
+        # A core's modules now: before 21 no stop-hook runs when a core loads.
+        from .symfiles import route_target
+        route_target(debugger, target)
+        return text
     module = target.FindModule(lldb.SBFileSpec(copy))
     if module.IsValid():
         key = (module.GetFileSpec().fullpath or copy, module.GetUUIDString() or "")

@@ -160,12 +160,12 @@ def test_stripped(version: str, demo: Path) -> None:
 
 @pytest.fixture(scope="module")
 def cores(demo: Path) -> Path:
-    """gcore cores of demo (-g) stopped in stop_here, twin's and .noeh's."""
+    """gcore cores of demo (-g) and demog0 stopped in stop_here, twin's and .noeh's."""
     gdb = shutil.which("gdb")
     if gdb is None:
         missing("gdb is not installed (scripts/setup.sh installs it)")
-    for side in ("twin", "noeh"):
-        path = demo / side / "demo"
+    for side, name in [(side, name) for side in ("twin", "noeh") for name in ("demo", "demog0")]:
+        path = demo / side / name
         subprocess.run([gdb, "-nx", "-batch", "-iex", "set debuginfod enabled off",
                         "-ex", "break stop_here", "-ex", "run", "-ex", f"gcore {path}.core",
                         str(path)], capture_output=True, check=True, timeout=120,
@@ -180,6 +180,26 @@ def test_core_g(version: str, cores: Path) -> None:
     --core`` gives the twin's frames and values."""
     want, got = _cell(version, cores, "demo", core=True)
     _same(want, got, ASKED)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_core_g0(version: str, cores: Path) -> None:
+    """A core of the -g0 build: ``sframe create --core`` routes its modules
+    at once (before 21 no stop-hook runs when a core loads)."""
+    want, got = _cell(version, cores, "demog0", core=True)
+    _same(want, got, ASKED)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_core_g0_status_routes(version: str, cores: Path) -> None:
+    """Plain ``target create --core``, the plugin imported first: whatever
+    the version, ``sframe status`` is about the core's modules (it routes
+    them first), and plain ``bt`` after it is the twin's."""
+    twin, noeh = cores / "twin" / "demog0", cores / "noeh" / "demog0"
+    want = run_lldb(version, [f"target create {twin} --core {twin}.core", "bt"], plugin=False)
+    got = run_lldb(version, [f"target create {noeh} --core {noeh}.core", "sframe status", "bt"])
+    assert "demog0: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+    _same(want, got, ["bt"])
 
 
 @pytest.mark.parametrize("version", [v for v in VERSIONS if major(v) < 22])
