@@ -184,11 +184,15 @@ def _lost_addresses(target: lldb.SBTarget, path: str) -> str:
     why = (f"LLDB {major if major is not None else 'before 22'} loses a module's addresses when "
            "a symbol file replaces its debug information (LLDB 22 does not); left to LLDB's own "
            "unwinder, which has no CFI for it: ")
-    if os.path.realpath(target.GetExecutable().fullpath or "") == os.path.realpath(path):
-        return (why + f"'sframe create {path}' (with '--core CORE' for a core) gives LLDB a copy "
-                "of the module with the SFrame rows as its .debug_frame; 'sframe bt' has the "
-                "SFrame frames")
-    return why + "'sframe bt' has the SFrame frames (LLDB 22 serves this library)"
+    from .create import needs_copy
+    if os.path.realpath(target.GetExecutable().fullpath or "") != os.path.realpath(path):
+        return why + "'sframe bt' has the SFrame frames (LLDB 22 serves this library)"
+    if not needs_copy(path):
+        # Its debug information is in a separate file: the copy would not carry it.
+        return why + "'sframe bt' has the SFrame frames (LLDB 22 serves this module)"
+    return (why + f"'sframe create {path}' (with '--core CORE' for a core) gives LLDB a copy "
+            "of the module with the SFrame rows as its .debug_frame; 'sframe bt' has the "
+            "SFrame frames")
 
 
 def _provider_serves(target: lldb.SBTarget) -> bool:
