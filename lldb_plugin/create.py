@@ -59,7 +59,8 @@ def create_target(debugger: lldb.SBDebugger, path: str, core: str | None) -> str
     result = lldb.SBCommandReturnObject()
     debugger.GetCommandInterpreter().HandleCommand(command, result)
     if not result.Succeeded():
-        raise SFrameError((result.GetError() or "target create failed").strip())
+        raise SFrameError((result.GetError() or "target create failed").strip()
+                          .removeprefix("error: "))
     text = (result.GetOutput() or "").rstrip()
     target = debugger.GetSelectedTarget()
     if copy is None:
