@@ -19,7 +19,8 @@ route, the stop-hook flag):
   for what the symbol files cannot serve), with ``registry`` (registering
   it on each target, the stop-hook);
 - the commands: ``commands`` (``sframe bt``, ``info``, ``lookup``, ``status``);
-- the entry: this file and ``bootstrap`` (finding the dependencies).
+- the entry: this file, ``selfcheck`` (LLDB's own Python module works) and
+  ``bootstrap`` (finding the dependencies).
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def _error(debugger, text: str) -> None:
 
 def __lldb_init_module(debugger, internal_dict) -> None:
     try:
+        from .selfcheck import broken_lldb_module
+        problem = broken_lldb_module()
+        if problem is not None:
+            _error(debugger, problem)
+            return
         from . import bootstrap
         bootstrap.ensure()
         problem = bootstrap.missing()

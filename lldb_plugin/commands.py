@@ -1,4 +1,4 @@
-"""The ``sframe`` command (any LLDB with Python): bt, info, lookup, status.
+"""The ``sframe`` command (any LLDB with Python): bt, info, lookup, status, load, create.
 
 ``sframe bt`` walks with the core from frame 0's registers and prints in
 LLDB's own backtrace style, symbolicated with
@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
                    "serves each SFrame module of this target")
     sub.add_parser("load", help="add the SFrame symbol files to this target's modules now "
                    "(before setting breakpoints: see docs/lldb.md)")
+    create = sub.add_parser("create", help="target create FILE, with a module LLDB can unwind "
+                            "with SFrame where its debug information cannot take a symbol file "
+                            "(LLDB before 22)")
+    create.add_argument("file", help="the executable")
+    create.add_argument("-c", "--core", default=None, help="the core file to load with it")
     sub.add_parser("enable", help="register the frame provider for the current target "
                    "(needed after loading a core once the plugin was loaded)")
     return parser
@@ -239,14 +244,14 @@ def _target(debugger: lldb.SBDebugger, exe_ctx: lldb.SBExecutionContext | None) 
 
 
 class SFrameCommand:
-    """``sframe bt [-c N] [--all] | info | lookup ADDRESS | status | load | enable``."""
+    """``sframe bt [-c N] [--all] | info | lookup ADDRESS | status | load | create FILE | enable``."""
 
     def __init__(self, debugger: lldb.SBDebugger, internal_dict: dict) -> None:
         self.parser = _parser()
 
     def get_short_help(self) -> str:
         return ("Unwind with SFrame: sframe bt [-c COUNT] [--all] | info | lookup ADDRESS | status | "
-                "load | enable")
+                "load | create FILE [-c CORE] | enable")
 
     def get_long_help(self) -> str:
         return self.parser.format_help()
@@ -275,6 +280,10 @@ class SFrameCommand:
             result.AppendMessage(self.parser.format_help().rstrip())
             return
         args = self.parser.parse_args(argv)
+        if args.cmd == "create":
+            from .create import create_target
+            result.AppendMessage(create_target(debugger, args.file, args.core))
+            return
         target = _target(debugger, exe_ctx)
         from . import registry
         if args.cmd == "enable":

@@ -11,6 +11,10 @@ creates it: answering there gives the module our symbol file from the start,
 with no listener thread racing the next command. Observed: LLDB 23.1.0 asks
 for the executable at ``target create`` and for every library; 21.1.7 and
 22.1.0 ask for libraries only (the executable keeps the stop-hook's add).
+Before 22, a library with debug information of its own is answered with a
+copy of itself whose ``.debug_frame`` holds the SFrame rows, as the module
+(``sframe_core.symfiles.module_copy``): a symbol file would lose its
+addresses there (``state.keeps_addresses_when_debug_info_is_replaced``).
 
 It answers from the cache, or makes the file at once for a small module;
 a large module's file is left to a worker (``jobs.start_job``) and LLDB
@@ -45,7 +49,7 @@ from .state import (
 if TYPE_CHECKING:
     from sframe_core.symfiles.symfile import ModuleInfo, SymbolFile
 
-__all__ = ["install", "attached", "supported", "start_worker"]
+__all__ = ["install", "attached", "copy_of", "supported", "start_worker"]
 
 _lock = threading.Lock()
 # e_machine of the ABIs the callback was tested with (x86_64, aarch64). s390x
@@ -57,6 +61,8 @@ _ROUTE_MACHINES = frozenset({62, 183})
 _attached: dict[str, str] = {}
 # (realpath, size, mtime) -> symbol file path, or None: not ours to serve.
 _decided: dict[tuple[str, int, int], str | None] = {}
+# realpath of a module copy handed to LLDB as the module itself -> the original.
+_copies: dict[str, str] = {}
 
 
 def supported() -> bool:
@@ -136,11 +142,21 @@ def _symbol_file(path: str) -> str | None:
         if result.warning:
             warn_once(("symfile-warning", result.warning), result.warning)
         if result.debug_source is None or keeps_addresses_when_debug_info_is_replaced():
-            # LLDB 21 with debug information: the stop-hook says why not.
             made = result.path
             _attached[key[0]] = made
+        else:
+            # Before 22, with debug information: the module itself is a copy
+            # with the SFrame rows (``create``), which keeps its addresses.
+            from sframe_core.symfiles.module_copy import module_with_debug_frame
+            made = module_with_debug_frame(path)
+            _copies[os.path.realpath(made)] = path
     _decided[key] = made
     return made
+
+
+def copy_of(path: str | None) -> str | None:
+    """The module ``path`` is a copy of (``_symbol_file``), if the callback gave LLDB one."""
+    return _copies.get(os.path.realpath(path)) if path else None
 
 
 def _set(spec: lldb.SBFileSpec, path: str) -> None:
@@ -162,7 +178,7 @@ def _callback(module_spec: lldb.SBModuleSpec, module_file_spec: lldb.SBFileSpec,
         if made is None:
             return lldb.SBError("sframe: not served here (LLDB has CFI for it, or its symbol "
                                 "file is being made)")
-        _set(module_file_spec, path)
+        _set(module_file_spec, path if os.path.realpath(made) not in _copies else made)
         _set(symbol_file_spec, made)
         return lldb.SBError()
     except (SFrameError, OSError, ValueError) as exc:

@@ -449,7 +449,12 @@ def install(debugger: lldb.SBDebugger) -> None:
 
 
 def status(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> str:
-    lines = symfiles.status_lines(target) if target is not None and target.IsValid() else []
+    if target is not None and target.IsValid():
+        # What the stop-hook would have done: an LLDB before 21 runs none when
+        # a core loads, and the status says what LLDB uses, not what it missed.
+        symfiles.route_target(debugger, target)
+    lines = (symfiles.status_lines(target, debugger) if target is not None and target.IsValid()
+             else [])
     return "\n".join(lines + [_provider_status(target)])
 
 

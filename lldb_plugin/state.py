@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
@@ -20,7 +21,7 @@ import lldb
 
 __all__ = ["target_key", "warn", "warn_once", "Route", "NATIVE", "FAILED", "PROVIDER", "PENDING",
            "ENV", "SETTING_ENV", "enabled", "routes", "is_native",
-           "keeps_addresses_when_debug_info_is_replaced", "late_add_keeps_types",
+           "keeps_addresses_when_debug_info_is_replaced", "late_add_keeps_types", "lldb_major",
            "providers_supported", "in_stop_hook", "remember", "TARGETS_KEPT"]
 
 K = TypeVar("K")
@@ -120,10 +121,19 @@ def keeps_addresses_when_debug_info_is_replaced() -> bool:
     replaces the module's own DWARF is added (breakpoints set afterwards are
     never hit, a backtrace shows the callers of inlined frames at file
     addresses; with the add before launch, no breakpoint is hit at all);
-    22.1.0 and 23.1.0 do not (observed on lua5.4 -O2 -g). No SB call tells
+    22.1.0 and 23.1.0 do not (observed on lua5.4 -O2 -g). Debian's 14.0.6,
+    16.0.6 and 19.1.7 and PyPI's 20.1.8 lose them too (examples/demo.c -O2
+    -g: added before launch, no breakpoint is hit; at a stop, the caller
+    frames' variables are unavailable): ``sframe create`` serves those. No SB call tells
     the two apart, so the SB API that came with the fixed releases stands in
     for it: ``SBThread.GetFrames`` (22+)."""
     return hasattr(lldb.SBThread, "GetFrames")
+
+
+def lldb_major() -> int | None:
+    """LLDB's major version ("lldb version 19.1.7", "lldb-22.1.8"), for messages."""
+    found = re.search(r"(\d+)\.\d+", lldb.SBDebugger.GetVersionString() or "")
+    return int(found.group(1)) if found else None
 
 
 def merges_symbol_file_eh_frame() -> bool:

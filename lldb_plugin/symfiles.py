@@ -60,6 +60,7 @@ from .state import (
     is_native,
     keeps_addresses_when_debug_info_is_replaced,
     late_add_keeps_types,
+    lldb_major,
     merges_symbol_file_eh_frame,
     providers_supported,
     routes,
@@ -118,7 +119,10 @@ def _wants_route(target: lldb.SBTarget, module: lldb.SBModule) -> bool | None:
 
 def _built(target: lldb.SBTarget, module: lldb.SBModule) -> LLDBModule | None:
     """The core's view of ``module`` (None while it has no load address)."""
-    path = module.GetFileSpec().fullpath
+    return _module_at(target, module.GetFileSpec().fullpath)
+
+
+def _module_at(target: lldb.SBTarget, path: str | None) -> LLDBModule | None:
     for built in info_for(target).modules:
         if built.path == path:
             return built
@@ -162,9 +166,7 @@ def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule
             os.path.realpath(given):
         return Route(NATIVE, name, given)  # LLDB has it since it created the module
     if _has_debug_info(module) and not keeps_addresses_when_debug_info_is_replaced():
-        return Route(FAILED, name, "this LLDB loses the module's addresses when its debug "
-                     "information is replaced (LLDB 21); left to LLDB's own unwinder, "
-                     "'sframe bt' works", False)
+        return Route(FAILED, name, _lost_addresses(target, path), False)
     try:
         symbol_file = _now_or_later(target, path, at_stop)
     except (SFrameError, OSError, ValueError) as exc:
@@ -173,6 +175,24 @@ def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule
         return Route(PENDING, name, "its symbol file is being made by a worker process",
                      since=time.monotonic())
     return _symbols_add(debugger, target, path, name, symbol_file)
+
+
+def _lost_addresses(target: lldb.SBTarget, path: str) -> str:
+    """Why a module with debug information is left to LLDB's own unwinder
+    before LLDB 22, and what serves it (``sframe create``: the executable only)."""
+    major = lldb_major()
+    why = (f"LLDB {major if major is not None else 'before 22'} loses a module's addresses when "
+           "a symbol file replaces its debug information (LLDB 22 does not); left to LLDB's own "
+           "unwinder, which has no CFI for it: ")
+    from .create import needs_copy
+    if os.path.realpath(target.GetExecutable().fullpath or "") != os.path.realpath(path):
+        return why + "'sframe bt' has the SFrame frames (LLDB 22 serves this library)"
+    if not needs_copy(path):
+        # Its debug information is in a separate file: the copy would not carry it.
+        return why + "'sframe bt' has the SFrame frames (LLDB 22 serves this module)"
+    return (why + f"'sframe create {path}' (with '--core CORE' for a core) gives LLDB a copy "
+            "of the module with the SFrame rows as its .debug_frame; 'sframe bt' has the "
+            "SFrame frames")
 
 
 def _provider_serves(target: lldb.SBTarget) -> bool:
@@ -271,6 +291,11 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget, *,
             continue
         if old is not None or key in _covered:
             continue
+        original = locate.copy_of(key[0])
+        if original is not None:
+            seen[key] = Route(NATIVE, _name(module), f"{key[0]} (the module LLDB loaded for "
+                              f"{original}, from the locate-module callback)")
+            continue
         wanted = _wants_route(target, module)
         if wanted is None:
             continue  # not loaded yet: asked again at the next stop
@@ -310,15 +335,45 @@ def needs_provider(target: lldb.SBTarget) -> bool:
                for route in _routes.get(target_key(target), {}).values())
 
 
-def status_lines(target: lldb.SBTarget) -> list[str]:
+def _no_cfi_plan(debugger: lldb.SBDebugger, target: lldb.SBTarget, path: str) -> int | None:
+    """The address of the module's first SFrame function if LLDB has no DWARF
+    CFI unwind plan there (``image show-unwind``): the symbol file was taken
+    but its ``.debug_frame`` is not read (Debian's LLDB 14 and 16 for a
+    stripped module). None when it has one, or when it cannot be asked."""
+    built = _module_at(target, path)
+    section = built.sframe if built is not None else None
+    if section is None or not target.GetProcess().IsValid():
+        return None
+    start = next((start for start, size in section.extents() if size > 0), None)
+    if start is None:
+        return None
+    result = lldb.SBCommandReturnObject()
+    debugger.GetCommandInterpreter().HandleCommand(
+        f"image show-unwind -a {start:#x}", lldb.SBExecutionContext(target.GetProcess()), result,
+        False)
+    text = result.GetOutput() or ""
+    if not result.Succeeded() or "debug_frame UnwindPlan" in text or "eh_frame UnwindPlan" in text:
+        return None
+    return start
+
+
+def status_lines(target: lldb.SBTarget, debugger: lldb.SBDebugger | None = None) -> list[str]:
     if not enabled():
         return [f"native route: off ({ENV}=provider)"]
     found = _routes.get(target_key(target), {})
     if not found:
         return ["native route: no loaded module needs it (none has .sframe without .eh_frame)"]
     lines = []
-    for route in found.values():
-        if route.kind == NATIVE:
+    for (path, _uuid), route in found.items():
+        missing = (_no_cfi_plan(debugger, target, path)
+                   if debugger is not None and route.kind == NATIVE else None)
+        if missing is not None:
+            major = lldb_major()
+            lines.append(f"{route.name}: not on the native route: LLDB {major} took "
+                         f"{route.detail} but has no DWARF CFI plan from it ('image show-unwind "
+                         f"-a {missing:#x}'): LLDB's own unwinder without SFrame; 'sframe bt' "
+                         "has the SFrame frames")
+        elif route.kind == NATIVE:
             lines.append(f"{route.name}: LLDB's own unwinder, .debug_frame from SFrame in {route.detail}")
         elif route.kind == PROVIDER:
             lines.append(f"{route.name}: the frame provider: {route.detail}")

@@ -21,7 +21,7 @@ q() { if ! "$@" >>"$LOG" 2>&1; then echo "FAILED: $*" >&2; tail -30 "$LOG" >&2; 
 GDB_VER="${GDB_FOR_PWNDBG_VERSION:-18.1.0.post1}"
 # gdb 17 too: its Python unwinder internals were rewritten (the distro gdbs are 13 and 16)
 GDB17_VER="${GDB17_FOR_PWNDBG_VERSION:-17.2.0.post5}"
-LLDB_VERS="${LLDB_FOR_PWNDBG_VERSIONS:-21:21.1.7.post1 22:22.1.0.post3 23:23.1.0.post2}"
+LLDB_VERS="${LLDB_FOR_PWNDBG_VERSIONS:-20:20.1.8.post1 21:21.1.7.post1 22:22.1.0.post3 23:23.1.0.post2}"
 
 # ---------------------------------------------------------------- 1. apt
 apt_has() { apt-cache show "$1" >/dev/null 2>&1; }
@@ -141,6 +141,56 @@ LLDB_DEBUGSERVER_PATH=\"\${LLDB_DEBUGSERVER_PATH:-$sp/lldb_for_pwndbg/_vendor/bi
 LLDB_DEBUGSERVER_PATH=\"\${LLDB_DEBUGSERVER_PATH:-$sp/lldb_for_pwndbg/_vendor/bin/lldb-server}\"; export LLDB_DEBUGSERVER_PATH" \
       write_wrapper "$BIN/lldb-$major-python" "$DBG/lldb$major/bin/python"
   done
+fi
+# ---------------------------------------------------------------- 3b. Debian's own LLDBs
+# Debian's lldb-N packages conflict with each other as installed packages, so
+# each is unpacked (apt-get download + dpkg -x: lldb-N, python3-lldb-N,
+# liblldb-N and whatever of their dependencies the host lacks) into
+# .debuggers/lldb-debN, with a wrapper .debuggers/bin/lldb-debN. The wrapper
+# sets what Debian's LLDB needs to run from there: its libraries, its
+# lldb-server, and the PYTHONPATH of its python3-lldb-N (Debian's lldb-14
+# looks for its Python module where the package does not put it; the
+# unrepaired LLDB is .debuggers/lldb-debN/lldb-as-shipped). Debian 12 has
+# 14, 16, 19 and 22; Debian 13 has 19 and 22 (and 17, 18); a version the
+# host's suite lacks is left out, and said.
+DEB_LLDBS="${DEBIAN_LLDB_VERSIONS:-14 16 19 22}"
+deb_lldb() {  # N
+  local n="$1" d="$DBG/lldb-deb$n" pkgs p want
+  pkgs=("lldb-$n" "python3-lldb-$n" "liblldb-$n")
+  for p in "${pkgs[@]}"; do
+    apt_has "$p" || { step "lldb-deb$n: no $p in this suite's archive: left out"; return 0; }
+  done
+  want="$(apt-cache policy "lldb-$n" | sed -n 's/^ *Candidate: //p')"
+  if [ -f "$d/.installed" ] && [ "$(cat "$d/.installed")" = "$want" ]; then return 0; fi
+  step "Debian's lldb-$n $want -> .debuggers/lldb-deb$n"
+  local closure=() q2
+  while read -r q2; do
+    dpkg-query -W -f='${Status}' "$q2" 2>/dev/null | grep -q 'ok installed' || closure+=("$q2")
+  done < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+             --no-replaces --no-enhances "${pkgs[@]}" | grep -v '^[ <]' | sort -u)
+  rm -rf "$d"; mkdir -p "$d/debs" "$d/root"
+  (cd "$d/debs" && q apt-get download "${closure[@]}")
+  local deb; for deb in "$d"/debs/*.deb; do q dpkg-deb -x "$deb" "$d/root"; done
+  rm -rf "$d/debs"
+  local llvm="$d/root/usr/lib/llvm-$n" pp
+  # lib/python3.X/{dist,site}-packages, the one that holds the lldb module
+  pp="$(find "$llvm/lib" -maxdepth 4 -path '*/python3.*/lldb/__init__.py' | head -1)"
+  pp="${pp%/lldb/__init__.py}"
+  [ -x "$llvm/bin/lldb" ] && [ -n "$pp" ] || { echo "lldb-deb$n: unpacked, but no lldb or python module" >&2; return 1; }
+  local libs="$llvm/lib:$d/root/usr/lib/x86_64-linux-gnu:$d/root/lib/x86_64-linux-gnu"
+  local env="LD_LIBRARY_PATH=\"$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"; export LD_LIBRARY_PATH
+LLDB_DEBUGSERVER_PATH=\"\${LLDB_DEBUGSERVER_PATH:-$llvm/bin/lldb-server}\"; export LLDB_DEBUGSERVER_PATH"
+  # as installed, the system Python's dist-packages holds python3-lldb-N's
+  # /usr/lib/python3/dist-packages/lldb: lldb-as-shipped sees the unpacked one
+  WRAP_ENV="$env
+PYTHONPATH=\"$d/root/usr/lib/python3/dist-packages\"; export PYTHONPATH" \
+    write_wrapper "$d/lldb-as-shipped" "$llvm/bin/lldb"
+  WRAP_ENV="$env
+PYTHONPATH=\"$pp\${PYTHONPATH:+:\$PYTHONPATH}\"; export PYTHONPATH" write_wrapper "$BIN/lldb-deb$n" "$llvm/bin/lldb"
+  echo "$want" > "$d/.installed"
+}
+if [ -z "${SETUP_SKIP_DEBUGGERS:-}" ] && [ -z "${SETUP_SKIP_APT:-}" ]; then
+  for n in $DEB_LLDBS; do deb_lldb "$n"; done
 fi
 WRAP_ENV="" 
 [ -x /usr/bin/gdb ] && write_wrapper "$BIN/gdb-system" /usr/bin/gdb

@@ -1,4 +1,4 @@
-"""Helpers to drive a real LLDB (the lldb-for-pwndbg wrappers) with pexpect."""
+"""Helpers to drive a real LLDB (the lldb-for-pwndbg wrappers lldb-N, Debian's lldb-debN) with pexpect."""
 
 from __future__ import annotations
 
@@ -20,6 +20,19 @@ __all__ = ["FIXTURES", "NO_DEBUGINFOD", "PLUGIN", "PYTHON_STACKS", "SERIAL_MODUL
 
 ANSI_RE = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[78])")
 FRAME_RE = re.compile(r"^\s*\*?\s*frame #(\d+): 0x([0-9a-f]+)(?: ([^`\s]+)(?:`(\S*))?)?", re.M)
+
+
+def major(version: str) -> int:
+    """LLDB's major version of a wrapper's name: "23" (PyPI's), "deb19" (Debian's)."""
+    return int(version.removeprefix("deb"))
+
+
+def startup_settings(version: str) -> list[str]:
+    """The settings every LLDB of the tests starts with, as far as it has them
+    (an unknown setting ends a batch LLDB): no statusline (21+), no
+    debuginfod (its symbol locator: 18+)."""
+    found = ["settings set show-statusline false"] if major(version) >= 21 else []
+    return found + ([NO_DEBUGINFOD] if major(version) >= 18 else [])
 
 
 def lldb_path(version: str) -> Path:
@@ -157,8 +170,9 @@ def run_lldb_status(version: str, commands: list[str], *, plugin: bool = True, t
 
 def _run_lldb_once(version: str, commands: list[str], *, plugin: bool, timeout: int,
                    env: dict[str, str] | None, python_stacks: bool) -> tuple[str, int]:
-    args = [str(lldb_path(version)), "--no-lldbinit", "--no-use-colors", "-b",
-            "-O", "settings set show-statusline false", "-O", NO_DEBUGINFOD]
+    args = [str(lldb_path(version)), "--no-lldbinit", "--no-use-colors", "-b"]
+    for setting in startup_settings(version):
+        args += ["-O", setting]
     if python_stacks:
         args += ["-O", PYTHON_STACKS]
     if any(loads_core(version, command) for command in commands):
@@ -249,7 +263,8 @@ class Session:
                                    env=env, encoding="utf-8", timeout=timeout, cwd=str(ROOT),
                                    dimensions=(200, 400))
         self.child.expect(self.PROMPT)
-        self.cmd(NO_DEBUGINFOD)
+        if major(version) >= 18:
+            self.cmd(NO_DEBUGINFOD)
         if plugin:
             self.cmd(f"command script import {PLUGIN}")
 

@@ -1,0 +1,342 @@
+"""LLDB as distributions ship it: Debian's lldb-14/16/19/22 and PyPI's 20, against the twin.
+
+examples/demo.c built as scripts/demo.sh builds it (-O2 -g, SFrame on),
+the same at -g0, and stripped (``strip --strip-all``), each in a ``twin/``
+(with ``.eh_frame``) and a ``noeh/`` directory under the same file name, so
+that the two processes start with the same stack and every printed value
+can be compared as text. Each cell is one batch LLDB on the twin without
+the plugin and one on the ``.noeh`` file with it: ``bt``, ``frame select
+2``, ``register read`` and ``frame variable`` (read_records, whose
+variables live in registers parse_record saved) must be the twin's, or
+where no route serves, ``sframe status`` must say so in one true line and
+``sframe bt`` must have the twin's pcs. The versions are the ones
+scripts/setup.sh installs on this Debian suite (``debian_lldbs``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, missing
+from helpers.lldbtools import PLUGIN, command_output, major, parse_bt, run_lldb
+
+pytestmark = pytest.mark.lldb
+
+ASKED = ["bt", "frame select 2", "register read rbx rbp r12 r13", "frame variable"]
+
+
+def debian_lldbs() -> list[str]:
+    """Debian's LLDBs setup.sh unpacks on this suite (12: 14, 16, 19, 22; 13: 19, 22)."""
+    release = Path("/etc/os-release").read_text() if Path("/etc/os-release").exists() else ""
+    found = re.search(r'^VERSION_ID="?(\d+)', release, re.M)
+    if found is None or found.group(1) == "12":
+        return ["deb14", "deb16", "deb19", "deb22"]
+    return ["deb19", "deb22"]
+
+
+VERSIONS = [*debian_lldbs(), "20"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """twin/ and noeh/ builds of examples/demo.c: demo (-g), demog0, demost (stripped)."""
+    for tool in ("gcc", "objcopy", "strip"):
+        if shutil.which(tool) is None:
+            missing(f"{tool} is not installed (scripts/setup.sh installs it)")
+    root = tmp_path_factory.mktemp("distros")
+    source = ROOT / "examples" / "demo.c"
+    flags = ["-O2", "-fomit-frame-pointer", "-Wa,--gsframe"]
+    for side in ("twin", "noeh"):
+        out = root / side
+        out.mkdir()
+        subprocess.run(["gcc", *flags, "-g", str(source), "-o", str(out / "demo")], check=True)
+        subprocess.run(["gcc", *flags, "-g0", str(source), "-o", str(out / "demog0")], check=True)
+        subprocess.run(["strip", "--strip-all", "-o", str(out / "demost"), str(out / "demog0")],
+                       check=True)
+        if side == "noeh":
+            for name in ("demo", "demog0", "demost"):
+                subprocess.run(["objcopy", "--remove-section=.eh_frame",
+                                "--remove-section=.eh_frame_hdr", str(out / name)], check=True)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Symbol files and module copies in a cache of the module's own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "distros-cache"))
+
+
+def _stop_here(demo: Path, name: str) -> str:
+    if name != "demost":
+        return "breakpoint set -n stop_here"
+    out = subprocess.run(["nm", str(demo / "twin" / "demog0")], capture_output=True, text=True,
+                         check=True).stdout
+    address = next(int(f[0], 16) for f in map(str.split, out.splitlines())
+                   if len(f) == 3 and f[2] == "stop_here")
+    return f"breakpoint set -a {address:#x} -s demost"
+
+
+def _normal(text: str) -> str:
+    """A command's output without what differs by design: the directory,
+    process ids, source listings."""
+    text = text.replace("/twin/", "/X/").replace("/noeh/", "/X/")
+    lines = []
+    for line in text.splitlines():
+        if (line.startswith(("Process ", "->", "sframe:")) or re.match(r"^\s+\d+\s", line)
+                or re.match(r"^\s+\^\s*$", line) or not line.strip()):
+            continue
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def _cell(version: str, demo: Path, name: str, *, core: bool = False
+          ) -> tuple[str, str]:
+    """The twin's transcript (plain LLDB) and the .noeh file's (the plugin;
+    ``sframe create`` makes the target)."""
+    def commands(side: str, create: str) -> list[str]:
+        path = demo / side / name
+        if core:
+            return [f"{create} {path} --core {demo / side / name}.core", *ASKED]
+        return [f"{create} {path}", _stop_here(demo, name), "process launch", *ASKED]
+    want = run_lldb(version, commands("twin", "target create"), plugin=False)
+    got = run_lldb(version, [*commands("noeh", "sframe create"), "sframe status", "sframe bt"])
+    assert "Traceback" not in got, got
+    return want, got
+
+
+def _same(want: str, got: str, commands: list[str]) -> None:
+    for command in commands:
+        assert _normal(command_output(want, command)) == _normal(command_output(got, command)), (
+            f"'{command}' differs from the twin's:\n-- twin:\n{want[-3000:]}\n-- .noeh with the "
+            f"plugin:\n{got[-3000:]}")
+
+
+def _status(got: str) -> str:
+    return command_output(got, "sframe status")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_live_g(version: str, demo: Path) -> None:
+    """-O2 -g: the twin's frames, registers and variables (``sframe create``
+    gives LLDB before 22 a module with the SFrame rows)."""
+    want, got = _cell(version, demo, "demo")
+    _same(want, got, ASKED)
+    assert "LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_live_g0(version: str, demo: Path) -> None:
+    want, got = _cell(version, demo, "demog0")
+    _same(want, got, ASKED)
+
+
+# Debian's LLDB 14 and 16 take the symbol file of a stripped module but never
+# read its .debug_frame (no DWARF CFI plan in 'image show-unwind').
+NO_PLAN_STRIPPED = ("deb14", "deb16")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_stripped(version: str, demo: Path) -> None:
+    """Stripped: the twin's pcs, registers and variables; on 14 and 16 the
+    status line says LLDB has no plan from the file and ``sframe bt`` has the
+    twin's pcs. The twin's unnamed-symbol names are not asserted before 23
+    (docs/lldb.md)."""
+    want, got = _cell(version, demo, "demost")
+    twin = [f.pc for f in parse_bt(command_output(want, "bt"))]
+    assert [f.pc for f in parse_bt(command_output(got, "sframe bt"))] == twin, got
+    if version in NO_PLAN_STRIPPED:
+        assert "has no DWARF CFI plan from it" in _status(got), got
+        return
+    assert [f.pc for f in parse_bt(command_output(got, "bt"))] == twin, got
+    _same(want, got, ASKED[2:])
+    if major(version) >= 23:
+        _same(want, got, ASKED)
+
+
+@pytest.fixture(scope="module")
+def cores(demo: Path) -> Path:
+    """gcore cores of demo (-g) and demog0 stopped in stop_here, twin's and .noeh's."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        missing("gdb is not installed (scripts/setup.sh installs it)")
+    for side, name in [(side, name) for side in ("twin", "noeh") for name in ("demo", "demog0")]:
+        path = demo / side / name
+        subprocess.run([gdb, "-nx", "-batch", "-iex", "set debuginfod enabled off",
+                        "-ex", "break stop_here", "-ex", "run", "-ex", f"gcore {path}.core",
+                        str(path)], capture_output=True, check=True, timeout=120,
+                       env=dict(os.environ, SFRAME_GDB_SYMBOL_FILES="foreground"))
+        assert Path(f"{path}.core").exists()
+    return demo
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_core_g(version: str, cores: Path) -> None:
+    """A core of the -g build, the plugin imported first: ``sframe create
+    --core`` gives the twin's frames and values."""
+    want, got = _cell(version, cores, "demo", core=True)
+    _same(want, got, ASKED)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_core_g0(version: str, cores: Path) -> None:
+    """A core of the -g0 build: ``sframe create --core`` routes its modules
+    at once (before 21 no stop-hook runs when a core loads)."""
+    want, got = _cell(version, cores, "demog0", core=True)
+    _same(want, got, ASKED)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_core_g0_status_routes(version: str, cores: Path) -> None:
+    """Plain ``target create --core``, the plugin imported first: whatever
+    the version, ``sframe status`` is about the core's modules (it routes
+    them first), and plain ``bt`` after it is the twin's."""
+    twin, noeh = cores / "twin" / "demog0", cores / "noeh" / "demog0"
+    want = run_lldb(version, [f"target create {twin} --core {twin}.core", "bt"], plugin=False)
+    got = run_lldb(version, [f"target create {noeh} --core {noeh}.core", "sframe status", "bt"])
+    assert "demog0: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+    _same(want, got, ["bt"])
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if major(v) < 22])
+def test_core_g_plain_create_says_why(version: str, cores: Path) -> None:
+    """With plain ``target create --core`` before 22: one true line naming
+    the version, ``sframe create`` and ``sframe bt`` (the stop-hook does not
+    run at a core load before 21: the status routes first)."""
+    path = cores / "noeh" / "demo"
+    got = run_lldb(version, [f"target create {path} --core {path}.core", "sframe status",
+                             "sframe bt"])
+    status = _status(got)
+    assert f"demo: not on the native route: LLDB {major(version)} loses a module's addresses" in status
+    assert "'sframe create " in status and "'sframe bt' has the SFrame frames" in status
+    assert "no loaded module needs it" not in status
+    assert len(parse_bt(command_output(got, "sframe bt"))) >= 4, got
+
+
+def _lldb14_as_shipped() -> None:
+    """Debian's lldb-14 as installed: LLDB's own Python module is broken; the
+    plugin says so in one line, with the PYTHONPATH that repairs it."""
+    shipped = ROOT / ".debuggers" / "lldb-deb14" / "lldb-as-shipped"
+    if not shipped.exists():
+        missing(f"{shipped} is missing (run scripts/setup.sh)")
+    proc = subprocess.run([str(shipped), "--no-lldbinit", "-b", "-o",
+                           f"command script import {PLUGIN}"], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, TERM="dumb"))
+    text = proc.stdout + proc.stderr
+    ours = [line for line in text.splitlines() if line.startswith("sframe:")]
+    assert len(ours) == 1, text
+    assert "LLDB's own Python module is broken" in ours[0], text
+    assert re.search(r"repair it with PYTHONPATH=\S+/llvm-14/lib/python3\.\d+/dist-packages$",
+                     ours[0]), ours[0]
+    assert "SBCommandReturnObject" not in text
+
+
+# Debian 13 has no lldb-14: the test exists where setup.sh installs it.
+if "deb14" in debian_lldbs():
+    test_lldb14_as_shipped = _lldb14_as_shipped
+
+
+@pytest.fixture(scope="module")
+def threads(demo: Path) -> Path:
+    """tests/fixtures/src/threads.c at -O2 -g, twin's and .noeh's: three
+    threads, each in its own call chain."""
+    source = ROOT / "tests" / "fixtures" / "src"
+    for side in ("twin", "noeh"):
+        out = demo / side / "threads"
+        subprocess.run(["gcc", "-O2", "-g", "-fomit-frame-pointer", "-Wa,--gsframe", "-I",
+                        str(source), str(source / "threads.c"), "-pthread", "-o", str(out)],
+                       check=True)
+        if side == "noeh":
+            subprocess.run(["objcopy", "--remove-section=.eh_frame",
+                            "--remove-section=.eh_frame_hdr", str(out)], check=True)
+    return demo
+
+
+def _own_frames(text: str) -> list[list[tuple[int | None, str | None]]]:
+    """Each thread's callers in the program itself (``bt all``), after its
+    first frame there: where a polling thread is in its loop and in libc
+    depends on timing."""
+    chains = []
+    for chunk in text.split("thread #")[1:]:
+        frames = [(f.pc, f.name) for f in parse_bt(chunk) if f.module == "threads"]
+        chains.append(frames[1:])
+    return sorted(chains, key=repr)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_threads_g(version: str, threads: Path) -> None:
+    def commands(side: str, create: str) -> list[str]:
+        return [f"{create} {threads / side / 'threads'}", "breakpoint set -n stop_here",
+                "process launch", "bt all"]
+    want = _own_frames(command_output(run_lldb(version, commands("twin", "target create"),
+                                               plugin=False), "bt all"))
+    got = _own_frames(command_output(run_lldb(version, commands("noeh", "sframe create")), "bt all"))
+    assert len(want) == 4 and sum(map(bool, want)) >= 3, want
+    assert got == want
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_attach_g(version: str, threads: Path) -> None:
+    """Attach to the threads program (``sleep`` mode, ASLR off for both)."""
+    setarch = shutil.which("setarch")
+    if setarch is None:
+        missing("setarch is not installed (util-linux)")
+
+    def frames(side: str, create: str, plugin: bool) -> list[list[tuple[int | None, str | None]]]:
+        path = threads / side / "threads"
+        proc = subprocess.Popen([setarch, "-R", str(path), "sleep"], stdout=subprocess.PIPE,
+                                text=True)
+        try:
+            assert proc.stdout is not None and "READY" in proc.stdout.readline()
+            out = run_lldb(version, [f"{create} {path}", f"process attach -p {proc.pid}", "bt all",
+                                     "process detach"], plugin=plugin)
+        finally:
+            proc.kill()
+            proc.wait()
+        return _own_frames(command_output(out, "bt all"))
+    want = frames("twin", "target create", False)
+    assert len(want) == 4 and sum(map(bool, want)) >= 3, want
+    assert frames("noeh", "sframe create", True) == want
+
+
+@pytest.fixture(scope="module")
+def library(demo: Path) -> Path:
+    """tests/fixtures/src/uselib.c and libsf.c at -O2 -g: the .noeh side's
+    library without .eh_frame, its program with (a library of its own
+    debug information: what the locate-module callback serves)."""
+    source = ROOT / "tests" / "fixtures" / "src"
+    flags = ["gcc", "-O2", "-g", "-fomit-frame-pointer", "-Wa,--gsframe", "-I", str(source)]
+    for side in ("twin", "noeh"):
+        out = demo / side
+        subprocess.run([*flags, "-fPIC", "-shared", "-Wl,-soname,libsf.so", "-o",
+                        str(out / "libsf.so"), str(source / "libsf.c")], check=True)
+        subprocess.run([*flags, "-o", str(out / "uselib"), str(source / "uselib.c"), "-L",
+                        str(out), "-lsf", "-Wl,-rpath,$ORIGIN"], check=True)
+        if side == "noeh":
+            subprocess.run(["objcopy", "--remove-section=.eh_frame",
+                            "--remove-section=.eh_frame_hdr", str(out / "libsf.so")], check=True)
+    return demo
+
+
+# The locate-module callback came with LLDB 17: 14 and 16 leave the library
+# to LLDB's own unwinder, and say so.
+CALLBACK_VERSIONS = [v for v in VERSIONS if major(v) >= 17]
+
+
+@pytest.mark.parametrize("version", CALLBACK_VERSIONS)
+def test_library_g(version: str, library: Path) -> None:
+    """A -g library without .eh_frame: before 22 the callback gives LLDB a
+    copy of it with the SFrame rows as the module; ``image show-unwind``
+    has the DWARF CFI plan, and the frames and values are the twin's."""
+    def commands(side: str) -> list[str]:
+        return [f"target create {library / side / 'uselib'}", "breakpoint set -n stop_here",
+                "process launch", *ASKED, "image show-unwind -n lib_b"]
+    want = run_lldb(version, commands("twin"), plugin=False)
+    got = run_lldb(version, [*commands("noeh"), "sframe status"])
+    _same(want, got, ASKED)
+    assert "debug_frame UnwindPlan" in command_output(got, "image show-unwind -n lib_b"), got
+    assert "libsf.so: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
