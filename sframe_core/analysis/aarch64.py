@@ -23,7 +23,7 @@ from .effects import (
     _reaches,
 )
 
-__all__ = ["AArch64", "aarch64_jump_table", "aarch64_jump_tables"]
+__all__ = ["AArch64Decoder", "aarch64_jump_table", "aarch64_jump_tables"]
 
 
 def _aarch64_regs() -> dict[str, int]:
@@ -49,7 +49,7 @@ _A64_WRITE_ALL = ("ld", "swp", "cas")
 _A64_STOPS = {"brk", "udf", "hlt"}
 
 
-class AArch64(_Decoder):
+class AArch64Decoder(_Decoder):
     tracked = CALLEE_SAVED["aarch64"]
 
     def __init__(self) -> None:

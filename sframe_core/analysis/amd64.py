@@ -25,7 +25,7 @@ from .effects import (
     _reaches,
 )
 
-__all__ = ["AMD64", "amd64_jump_tables", "amd64_jump_table", "amd64_computed_goto"]
+__all__ = ["AMD64Decoder", "amd64_jump_tables", "amd64_jump_table", "amd64_computed_goto"]
 
 
 def _amd64_regs() -> dict[str, int]:
@@ -53,7 +53,7 @@ _X86_UNSIZED = ("xsave", "fxsave", "fnsave", "fsave", "fnstenv", "fstenv", "xsav
 
 # Instructions that write only their first operand and the flags (or
 # nothing but the flags), never SP or a callee-saved register implicitly and
-# never a branch (``AMD64._quick``): those whose text names none of the
+# never a branch (``AMD64Decoder._quick``): those whose text names none of the
 # registers the analysis follows change nothing it tracks.
 _X86_PLAIN = frozenset((
     "mov movabs movzx movsx movsxd lea nop add sub adc sbb and or xor cmp test neg not inc dec "
@@ -84,7 +84,7 @@ _X86_SIZES = {"byte": 1, "word": 2, "dword": 4, "qword": 8, "xmmword": 16}
 _X86_WHOLE = frozenset(("rbx", "r12", "r13", "r14", "r15"))
 
 
-class AMD64(_Decoder):
+class AMD64Decoder(_Decoder):
     tracked = CALLEE_SAVED["amd64"]
 
     def __init__(self) -> None:

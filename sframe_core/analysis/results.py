@@ -45,7 +45,7 @@ __all__ = ["ResultStore", "Kept", "KeptExit", "State", "Masks", "Reads", "flow_k
            "masked_key", "read_key", "INDIRECT", "UNREAD", "version"]
 
 Regs = tuple[tuple[int, Rule], ...]
-# The dataflow's state along a branch (``saved._State``): SP - CFA, FP - CFA,
+# The dataflow's state along a branch (``records.State``): SP - CFA, FP - CFA,
 # per tracked register (slot, holds the caller's value, slot still to be
 # restored from, other register holding it), ALT - CFA.
 State = tuple[int | None, int | None, tuple[tuple[int | None, bool, bool, int | None], ...],
@@ -198,10 +198,10 @@ def flow_key(arch: Arch, tracked: tuple[int, ...], effects: Sequence[Effect], st
 # - a direct branch's displacement (the last 4 or 1 bytes after a branch
 #   opcode, checked equal to target - next instruction when found), with the
 #   target put in the key as the dataflow reads it (an offset inside the
-#   function, or outside): ``AMD64._effect`` gives a branch or call the same
+#   function, or outside): ``AMD64Decoder._effect`` gives a branch or call the same
 #   effect wherever it goes (``shaped_branches``);
 # - a RIP-relative operand's 32-bit displacement (capstone's printed value,
-#   found exactly once in the instruction's bytes when found): ``AMD64._base``
+#   found exactly once in the instruction's bytes when found): ``AMD64Decoder._base``
 #   makes every memory operand through RIP ``Base.OTHER`` at displacement 0
 #   and ``_pointer_op`` an unknown SP/FP, so no effect holds it.
 #

@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..analysis import native
+from ..analysis.records import MAX_BYTES, Analysis
 from ..base.abi import AMD64
 
 if TYPE_CHECKING:
-    from ..analysis.saved import Analysis
     from ..dwarf.debug_frame import Encoded
     from ..format.section import SFrameSection
 
@@ -71,8 +71,6 @@ def fdes_maker(section: SFrameSection) -> Callable[[range], list[Made]] | None:
     """``make(fdes)``: what the C makes of each FDE of ``fdes``; None where it
     makes none of this section's (not amd64, saved-register rules wanted and
     no code for them, an unsorted section, parts already given entries, no C)."""
-    from ..analysis.saved import MAX_BYTES, Analysis
-
     analyse = section.saves_registers and section.code is not None
     if not serves(section) or (analyse and section.regions is None):
         return None

@@ -4,7 +4,7 @@ The Python analysis (``saved.analyse`` over ``amd64.py``'s effects) costs
 about 0.3 ms per function, most of a symbol file's time: LLDB 23 waits for
 the whole file of a module with debug information, so a large program's
 first stop waited seconds. ``amd64.c`` is the same analysis (capstone's
-detailed decode as ``AMD64._effect`` reads it, the same dataflow, spans and
+detailed decode as ``AMD64Decoder._effect`` reads it, the same dataflow, spans and
 exits, gcc's jump tables read the way ``amd64_jump_tables`` reads them)
 for the functions it covers: entered at their first instruction, with no
 computed goto (whose table the Python reads through the module's
@@ -38,14 +38,12 @@ import sys
 import tempfile
 from array import array
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...base.abi import AMD64
 from ...base.files import cache_root
 from ...base.rows import SAME, CFARule, Rule, RuleKind
-
-if TYPE_CHECKING:
-    from ..saved import Analysis, Exit, Span
+from ..records import Analysis, Exit, Span, State, anchor, new_record
 
 __all__ = ["ENV", "USE", "available", "analyse", "build", "built", "exits", "library",
            "library_path"]
@@ -260,13 +258,11 @@ def analyse(code: bytes, start: int, rows: Sequence[tuple[int, CFARule | None]],
     Python analysis then decides). ``read(address, size)``: the file's bytes,
     for jump tables (None: a function with an indirect jump is declined)."""
     global _out
-    from ..saved import Analysis, _anchor
-
     if _lib is None and not available():
         return None
     words: list[int] = []
     for at, cfa in rows:  # each row and its anchor, None as the C's NONE
-        sp, fp = _anchor(cfa, AMD64)
+        sp, fp = anchor(cfa, AMD64)
         words += (at, _NONE if sp is None else sp, _NONE if fp is None else fp)
     packed = array("q", words)
     want = 1024 + 64 * len(code)
@@ -298,8 +294,6 @@ def library() -> Any:
 
 def _spans(out: list[int]) -> tuple[tuple[Span, ...], int]:
     """The spans of the C's answer, and where its exits begin."""
-    from ..saved import Span, _new
-
     spans = []
     pos = 1
     made = _regs
@@ -310,15 +304,13 @@ def _spans(out: list[int]) -> tuple[tuple[Span, ...], int]:
             if len(made) >= 4096:
                 made.clear()
             regs = made[key] = _regs_of(key)
-        spans.append(_new(Span, (out[pos], out[pos + 1], regs)))
+        spans.append(new_record(Span, (out[pos], out[pos + 1], regs)))
         pos += _SPAN
     return tuple(spans), pos
 
 
 def exits(out: Sequence[int], pos: int = 0) -> tuple[Exit, ...]:
     """The exits of the C's words from ``pos`` on (their count, then each)."""
-    from ..saved import _new, _State
-
     found: list[Exit] = []
     count, pos = out[pos], pos + 1
     for _ in range(count):
@@ -326,7 +318,7 @@ def exits(out: Sequence[int], pos: int = 0) -> tuple[Exit, ...]:
         state = None
         if out[pos + 1]:
             w = out[pos + 2:pos + _EXIT]
-            state = _new(_State, (None if w[0] == _NONE else w[0], None if w[1] == _NONE else w[1],
+            state = new_record(State, (None if w[0] == _NONE else w[0], None if w[1] == _NONE else w[1],
                                   tuple((None if w[2 + 3 * i] == _NONE else w[2 + 3 * i],
                                          bool(w[3 + 3 * i]), bool(w[4 + 3 * i]), None)
                                         for i in range(len(_TRACKED))), None))

@@ -1,6 +1,6 @@
 /* The saved-register analysis of one amd64 function, in C: the same result
  * as sframe_core/analysis/saved.py's analyse() with amd64.py's detailed
- * effects (AMD64._effect) and jump tables (amd64_jump_tables), for a
+ * effects (AMD64Decoder._effect) and jump tables (amd64_jump_tables), for a
  * function entered at its first instruction without a computed goto (its
  * table is read through the module's relocations, which this file does not
  * read); an indirect jump through no table it reads goes anywhere its CFA
@@ -205,7 +205,7 @@ static uint8_t tracked_bits(uint32_t writes) {
     return bits;
 }
 
-/* amd64.py's AMD64._effect. 0, or SF_DECLINE (more stores than kept). */
+/* amd64.py's AMD64Decoder._effect. 0, or SF_DECLINE (more stores than kept). */
 static int effect_of(const cs_insn *insn, struct effect *e) {
     const cs_detail *d = insn->detail;
     const cs_x86 *x = &d->x86;
