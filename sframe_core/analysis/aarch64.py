@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .effects import (
-    _TABLE_MAX,
     CALLEE_SAVED,
+    TABLE_MAX,
     UNKNOWN_OP,
     Base,
     Effect,
@@ -505,7 +505,7 @@ def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[in
         return None
     if table_reg in want:
         table = _a64_hoisted(effects, table_reg, use, leaders)
-    if table is None or base is None or count is None or not 0 < count <= _TABLE_MAX:
+    if table is None or base is None or count is None or not 0 < count <= TABLE_MAX:
         return None
     data = read(table, width * count)
     if data is None:

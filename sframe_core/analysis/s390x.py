@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from .effects import (
-    _TABLE_MAX,
     CALLEE_SAVED,
+    TABLE_MAX,
     UNKNOWN_OP,
     Base,
     Effect,
@@ -659,7 +659,7 @@ def s390x_jump_table(effects: list[Effect], i: int,
     elif effects[prev].flow not in (Flow.JUMP, Flow.RETURN, Flow.INDIRECT, Flow.STOP) and not (
             effects[prev].flow is Flow.CALL and index_reg in _CALL_CLOBBERED):
         return None
-    if not 0 <= bound < _TABLE_MAX:
+    if not 0 <= bound < TABLE_MAX:
         return None
     data = read(table, 8 * (bound + 1))
     if data is None:
