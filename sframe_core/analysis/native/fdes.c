@@ -1,18 +1,18 @@
 /* A symbol file's amd64 FDEs in C: from an FDE's FREs to its .debug_frame
  * program in one step, with the saved-register analysis of amd64.c between.
  *
- * Once the analysis was in C, the Python around it was most of a symbol
- * file's time (reading the FREs, making the rows, encoding them: 60-90 us
- * per function), and LLDB 23 waits for the whole file. This is the same
+ * With the analysis in C, the Python around it (reading the FREs, making
+ * the rows, encoding them) is most of a symbol file's time, and LLDB waits
+ * for the whole file (figures: docs/dwarf.md, "Cost"). This is the same
  * work, mirrored line by line from the Python, so that the bytes are the
  * same:
  *
- *   records.py  fde_decoder, _walk_fres, _fre      (the checks included)
- *   rules.py    fre_rules                         (a default FDE, amd64)
- *   section.py  fde_rows, saved_analysis          (rows split at the spans)
- *   saved.py    Analysis.regs_at, _anchor         (and analyse's C gate)
- *   parts.py    Collector._kept, _first_cfa       (which exits matter)
- *   debug_frame.py  encode_rows, _cfa_ops, _rule_ops, _advance, functions
+ *   format/records.py  fde_decoder, _walk_fres, _fre  (the checks included)
+ *   format/rules.py    fre_rules                      (a default FDE, amd64)
+ *   format/section.py  fde_rows, saved_analysis       (rows split at the spans)
+ *   analysis/records.py  Analysis.regs_at, anchor     (and saved.analyse's C gate)
+ *   analysis/parts.py  Collector._kept, _first_cfa    (which exits matter)
+ *   dwarf/debug_frame.py  encode_rows, _cfa_ops, _rule_ops, _advance, functions
  *
  * It declines an FDE (the Python makes it, and raises what it raises) for
  * anything off that path: a corrupt FDE or FRE (its own or one a branch
@@ -157,20 +157,36 @@ static int64_t find_fde(const struct sf_section *s, int64_t pc, struct fde *f) {
     return -1;
 }
 
+/* Collector._kept for a branch into FDE ``f``: 1 kept, 0 not, -1 where the
+ * Python raises, -2 out of memory. */
+static int kept_fde(const struct sf_section *s, const struct fde *f) {
+    if (pcmask(f)) return 0;
+    if (flex(s, f)) return -1; /* its rules are the Python's to read */
+    if (f->num_fres == 0) return 1; /* _first_cfa None: not the entry's */
+    struct fre *fres = malloc(sizeof *fres * (size_t)f->num_fres);
+    if (!fres) return -2;
+    int result = -1;
+    if (!get_fres(s, f, fres)) result = fres[0].start != 0 || !is_entry(&fres[0]);
+    free(fres);
+    return result;
+}
+
+/* Collector._kept's answers by FDE index over one sf_amd64_fdes call, so
+ * that an FDE many branches land in (a shared error path, a tail-called
+ * helper) has its FREs decoded once: 0 not asked yet, else the answer + 2. */
+struct kept_cache { int8_t *by_fde; };
+
 /* parts.py's Collector._kept: 1 kept, 0 not, -1 where the Python raises. */
-static int kept(const struct sf_section *s, int64_t target) {
+static int kept(const struct sf_section *s, int64_t target, struct kept_cache *cache) {
     struct fde f;
     int64_t found = find_fde(s, target, &f);
     if (found == -2) return -1;
     if (found < 0) return 1;
-    if (pcmask(&f)) return 0;
-    if (flex(s, &f)) return -1; /* its rules are the Python's to read */
-    if (f.num_fres == 0) return 1; /* _first_cfa None: not the entry's */
-    struct fre *fres = malloc(sizeof *fres * (size_t)f.num_fres);
-    if (!fres) return -1;
-    int result = -1;
-    if (!get_fres(s, &f, fres)) result = fres[0].start != 0 || !is_entry(&fres[0]);
-    free(fres);
+    if (!cache->by_fde) cache->by_fde = calloc((size_t)s->num_fdes, 1);
+    if (cache->by_fde && cache->by_fde[found]) return cache->by_fde[found] - 2;
+    int result = kept_fde(s, &f);
+    if (result == -2) return -1; /* not kept: memory may be found for the next */
+    if (cache->by_fde) cache->by_fde[found] = (int8_t)(result + 2);
     return result;
 }
 
@@ -341,6 +357,7 @@ struct work {
     int64_t *rows; long rows_cap;
     int64_t *answer; long answer_cap;
     struct slots at;
+    struct kept_cache kept;
 };
 
 static int grow(void **p, long *cap, long want, size_t size) {
@@ -385,7 +402,7 @@ static long analysed(const struct sf_section *s, const struct fde *f, long entry
     for (long x = 0; x < nexits; x++) { /* every one asked, as a corrupt FDE there raises */
         int64_t target = exits[1 + x * EXIT_WORDS];
         if (target == NONE) continue;
-        int k = kept(s, target);
+        int k = kept(s, target, &w->kept);
         if (k < 0) return SF_DECLINE;
         keep |= k;
     }
@@ -507,6 +524,7 @@ done:
     free(w.fres);
     free(w.rows);
     free(w.answer);
+    free(w.kept.by_fde);
     return result;
 }
 
