@@ -45,7 +45,7 @@ the others (a table's entry inside the part refuses it, above). PC-mask FDEs
 decoded and taken not to jump into parts.
 
 The hot part's own analysis does not see the jumps back from the part into
-it: it assumes, as before, that the part keeps what the hot part knows
+it: it assumes, as for every branch above, that the part keeps what the hot part knows
 (the compiler's code does: a jump back carries the state of the jump out,
 with any register the part wrote saved first).
 

@@ -120,7 +120,8 @@ def _capstone_identity() -> str:
     """Which capstone decodes: its binding's files as they are on disk (the
     wheel's, with its own library), else its versions. The files are not
     imported: a symbol file's worker whose functions the C analysis serves
-    never needs capstone's binding (36 ms to import)."""
+    never needs capstone's binding, whose import is a large part of a small
+    module's time."""
     import importlib.util
 
     spec = importlib.util.find_spec("capstone")

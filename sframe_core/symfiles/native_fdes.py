@@ -1,11 +1,11 @@
 """A symbol file's amd64 FDEs made in C (``analysis/native/fdes.c``), where it was built.
 
-With the saved-register analysis in C, the Python around it took most of
-a symbol file's time: an FDE's FREs decoded into records, its rows made
-and split at the analysis's spans, the rows encoded, the C's answer made
-into Python records, and every branch out looked up for ``parts.py``
-(0.1 ms per function; LLDB 23 waits for the whole file of a module with
-debug information). ``fdes.c`` does that work for an FDE in one step, the
+With the saved-register analysis in C, the Python around it is most of a
+symbol file's time (an FDE's FREs decoded into records, its rows made and
+split at the analysis's spans, the rows encoded, the C's answer made into
+Python records, every branch out looked up for ``parts.py``), and LLDB
+waits for the whole file of a module with debug information (figures:
+docs/dwarf.md, "Cost"). ``fdes.c`` does that work for an FDE in one step, the
 Python's way, and hands back its ``.debug_frame`` program and, only where
 one of them goes somewhere ``parts.Collector`` keeps, its exits. It
 declines what it does not cover (a corrupt record, PC-mask and flexible

@@ -1,19 +1,19 @@
 """The amd64 saved-register analysis in C (``amd64.c``), where a C compiler made it.
 
-The Python analysis (``saved.analyse`` over ``amd64.py``'s effects) costs
-about 0.3 ms per function, most of a symbol file's time: LLDB 23 waits for
-the whole file of a module with debug information, so a large program's
-first stop waited seconds. ``amd64.c`` is the same analysis (capstone's
-detailed decode as ``AMD64Decoder._effect`` reads it, the same dataflow, spans and
-exits, gcc's jump tables read the way ``amd64_jump_tables`` reads them)
-for the functions it covers: entered at their first instruction, with no
-computed goto (whose table the Python reads through the module's
-relocations); an indirect jump that is no table it reads (a tail call
-through a register) goes anywhere its CFA rule fits, as in the Python. It
-declines the rest, and
-``saved.analyse`` runs as before, so every result is the one the Python
+The Python analysis (``saved.analyse`` over ``amd64.py``'s effects) is most
+of a symbol file's time, and LLDB waits for the whole file of a module with
+debug information before its first stop (figures: docs/dwarf.md, "Cost").
+``amd64.c`` is the same analysis (capstone's detailed decode as
+``AMD64Decoder._effect`` reads it, the same dataflow, spans and exits,
+gcc's jump tables read the way ``amd64_jump_tables`` reads them) for the
+functions it covers: entered at their first instruction, with no computed
+goto (whose table the Python reads through the module's relocations); an
+indirect jump that is no table it reads (a tail call through a register)
+goes anywhere its CFA rule fits, as in the Python. It declines the rest,
+which ``saved.analyse`` decides, so every result is the one the Python
 gives (``tests/test_native.py`` holds it to that on every amd64 function of
-the fixtures, the real programs and the host's libc and loader).
+the fixtures, the real programs and the host's libc and loader). Its
+protocol with the Python is ``sframe_native.h`` and ``protocol.py``.
 
 It is compiled against the headers that come with capstone's Python binding
 and calls that binding's own library, which it loads itself, privately (the
