@@ -38,18 +38,17 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from ..base.abi import Arch
-from ..base.rows import CFARule, Rule
+from ..base.rows import CFARule
 from .effects import Effect, Flow
+from .records import Reg, Regs
 
 __all__ = ["ResultStore", "Kept", "KeptExit", "State", "Masks", "Reads", "flow_key", "index_key", "masks_of",
            "masked_key", "read_key", "INDIRECT", "UNREAD", "version"]
 
-Regs = tuple[tuple[int, Rule], ...]
-# The dataflow's state along a branch (``records.State``): SP - CFA, FP - CFA,
-# per tracked register (slot, holds the caller's value, slot still to be
-# restored from, other register holding it), ALT - CFA.
-State = tuple[int | None, int | None, tuple[tuple[int | None, bool, bool, int | None], ...],
-              int | None]
+# The dataflow's state along a branch, as a plain tuple (``records.State``'s
+# fields: what a store keeps and gives back): SP - CFA, FP - CFA, per tracked
+# register its ``records.Reg``, ALT - CFA.
+State = tuple[int | None, int | None, tuple[Reg, ...], int | None]
 # A branch out of a function, relative to its start: (the branch's offset,
 # its target's offset or None: an unread jump table, the state along it).
 KeptExit = tuple[int, int | None, State | None]
@@ -57,7 +56,7 @@ KeptExit = tuple[int, int | None, State | None]
 
 class Kept(NamedTuple):
     """A function's result relative to its start: spans (lo, hi, rules) and
-    exits (``saved.Exit``, which ``parts.py`` needs of every function)."""
+    exits (``records.Exit``, which ``parts.py`` needs of every function)."""
 
     spans: Sequence[tuple[int, int, Regs]]
     exits: Sequence[KeptExit] = ()
