@@ -1102,7 +1102,7 @@ long sf_amd64_analyse(const uint8_t *code, size_t len, uint64_t start,
         anchor_fp[i] = afp;
     }
     struct state first;
-    first.sp = -8;
+    first.sp = -SF_ENTRY_CFA; /* SP - CFA at the entry */
     first.fp = NONE;
     for (int i = 0; i < NTRACKED; i++) first.regs[i] = (struct reg){NONE, 1, 0};
     states[0] = reconcile(first, anchor_sp[0], anchor_fp[0]);

@@ -129,10 +129,11 @@ static int fre_rules(const struct fre *r, struct cfa *cfa, struct rule *fp) {
     return 1;
 }
 
+/* records.entry_cfa: SP + SF_ENTRY_CFA, the CFA at a function's entry. */
 static int is_entry(const struct fre *r) {
     struct cfa c;
     struct rule fp;
-    return fre_rules(r, &c, &fp) && c.reg == 7 && c.offset == 8;
+    return fre_rules(r, &c, &fp) && c.reg == 7 && c.offset == SF_ENTRY_CFA;
 }
 
 /* section.py's find_fde on a sorted section: -1 for none, -2 where an FDE

@@ -68,13 +68,14 @@ def _strings(words: object) -> str:
 
 def compile_flags() -> tuple[str, ...]:
     """The ``-D`` flags that give the C the Python analysis's values
-    (``sframe_native.h`` names them): its bounds, the tracked registers and
-    the row's registers around them, and the register names and mnemonic
-    lists amd64.py reads capstone's text with."""
+    (``sframe_native.h`` names them): its bounds, the CFA at a function's
+    entry, the tracked registers and the row's registers around them, and
+    the register names and mnemonic lists amd64.py reads capstone's text
+    with."""
     from ...base.abi import AMD64
     from ..amd64 import X86_ALIASES, X86_MOVES, X86_NAMES, X86_STOPS, X86_UNSIZED
     from ..effects import TABLE_MAX
-    from ..records import MAX_INSNS, RED_ZONE
+    from ..records import ENTRY_CFA, MAX_INSNS, RED_ZONE
 
     tracked = _tracked()
     aliases = ",".join("{" + _strings(names) + ",NULL}" for names in X86_ALIASES.values())
@@ -82,6 +83,7 @@ def compile_flags() -> tuple[str, ...]:
         f"-DSF_MAX_INSNS={MAX_INSNS}",
         f"-DSF_RED_ZONE={RED_ZONE['amd64']}",
         f"-DSF_TABLE_MAX={TABLE_MAX}",
+        f"-DSF_ENTRY_CFA={ENTRY_CFA['amd64']}",
         f"-DSF_NTRACKED={len(tracked)}",
         f"-DSF_TRACKED={','.join(map(str, tracked))}",
         f"-DSF_FDE_REGS={','.join(map(str, sorted({*tracked, AMD64.fp, AMD64.ra})))}",

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if !defined(SF_MAX_INSNS) || !defined(SF_RED_ZONE) || !defined(SF_TABLE_MAX) \
+#if !defined(SF_MAX_INSNS) || !defined(SF_RED_ZONE) || !defined(SF_TABLE_MAX) || !defined(SF_ENTRY_CFA) \
     || !defined(SF_NTRACKED) || !defined(SF_TRACKED) || !defined(SF_FDE_REGS) \
     || !defined(SF_FP_REG) || !defined(SF_RA_REG) \
     || !defined(SF_X86_NAMES) || !defined(SF_X86_ALIASES) || !defined(SF_X86_MOVES) \
