@@ -229,3 +229,45 @@ def test_a_failing_reader_declines_quietly(capfd: pytest.CaptureFixture[str]) ->
     else:
         pytest.fail("no function of lua5.4 with a jump table the C reads")
     assert capfd.readouterr().err == ""
+
+
+def test_the_python_values_name_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C is given the Python analysis's values when it is built (not a
+    copy of them): changing one changes the flags and so the build's name,
+    so a checkout never loads a library made with other values."""
+    from sframe_core.analysis import records
+    from sframe_core.analysis.native import protocol
+
+    built = native._name()
+    assert f"-DSF_MAX_INSNS={records.MAX_INSNS}" in protocol.compile_flags()
+    monkeypatch.setattr(records, "MAX_INSNS", records.MAX_INSNS + 1)
+    native._name.cache_clear()
+    try:
+        assert f"-DSF_MAX_INSNS={records.MAX_INSNS}" in protocol.compile_flags()
+        assert native._name() != built
+    finally:
+        monkeypatch.undo()
+        native._name.cache_clear()
+    assert native._name() == built
+
+
+def test_the_c_is_not_built_without_the_python_values() -> None:
+    """``sframe_native.h`` refuses a build that was not given the values
+    (a compiler run by hand), saying how to build it."""
+    import shutil
+    import subprocess
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler is not None
+    source = Path(native.__file__).with_name("fdes.c")
+    done = subprocess.run([compiler, "-fsyntax-only", str(source)], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode != 0
+    assert "python -m sframe_core.analysis.native" in done.stderr
+
+
+def test_the_mirror_matches_the_library() -> None:
+    """The ctypes structs are the C's (their sizes, as the library reports)."""
+    from sframe_core.analysis.native import protocol
+
+    assert protocol.declare(native.library())

@@ -15,7 +15,7 @@ import pytest
 from helpers import realprogs as rp
 
 from sframe_core.analysis.parts import Collector, Exits, entries
-from sframe_core.analysis.saved import _LOST, Entry, meet
+from sframe_core.analysis.records import LOST, Entry, meet
 from sframe_core.base.rows import Rule, RuleKind
 from sframe_core.dwarf.debug_frame import functions
 from sframe_core.format.elf import read_elf
@@ -139,7 +139,7 @@ def test_branches_that_disagree_lose_that_register(collected: tuple[Exits, set[i
     section = _section()
     full = _regs_at(section, 0x7634, Entry(state))
     assert full[RBX] == Rule(RuleKind.AT_CFA, -56)
-    other = state._replace(regs=(_LOST, *state.regs[1:]))
+    other = state._replace(regs=(LOST, *state.regs[1:]))
     met = meet(state, other)
     assert met is not None
     narrowed = _regs_at(section, 0x7634, Entry(met))

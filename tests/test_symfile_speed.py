@@ -2,7 +2,7 @@
 
 - the decoder's memo (``effects._Decoder._lite_effect``: each distinct
   encoding decoded in detail once, reused with its address, text and branch
-  target moved), and amd64's effects from the text alone (``AMD64._quick``),
+  target moved), and amd64's effects from the text alone (``AMD64Decoder._quick``),
   give the effects a detailed decode of every instruction gives, on whole
   real programs (ten amd64 builds);
 - worker processes (``symfile._parallel``, ``to-dwarf --jobs``) write the
@@ -208,11 +208,11 @@ def test_to_dwarf_cache_is_the_plugins_cache(tmp_path: Path) -> None:
 ])
 def test_frame_stores_from_the_text_and_in_detail(code: str, text: str,
                                                   stores: list[tuple[Base, int, int, int]]) -> None:
-    """The stores ``AMD64._quick`` reads from the text are the detailed decode's."""
-    from sframe_core.analysis.amd64 import AMD64
+    """The stores ``AMD64Decoder._quick`` reads from the text are the detailed decode's."""
+    from sframe_core.analysis.amd64 import AMD64Decoder
 
     raw = bytes.fromhex(code.replace(" ", ""))
-    decoder = AMD64()
+    decoder = AMD64Decoder()
     (quick,) = decoder.effects(raw, 0x1000)
     (insn,) = decoder._cs.disasm(raw, 0x1000)
     assert quick.text == text

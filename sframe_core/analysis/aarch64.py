@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .effects import (
-    _TABLE_MAX,
     CALLEE_SAVED,
+    TABLE_MAX,
     UNKNOWN_OP,
     Base,
     Effect,
@@ -23,7 +23,7 @@ from .effects import (
     _reaches,
 )
 
-__all__ = ["AArch64", "aarch64_jump_table", "aarch64_jump_tables"]
+__all__ = ["AArch64Decoder", "aarch64_jump_table", "aarch64_jump_tables"]
 
 
 def _aarch64_regs() -> dict[str, int]:
@@ -49,7 +49,7 @@ _A64_WRITE_ALL = ("ld", "swp", "cas")
 _A64_STOPS = {"brk", "udf", "hlt"}
 
 
-class AArch64(_Decoder):
+class AArch64Decoder(_Decoder):
     tracked = CALLEE_SAVED["aarch64"]
 
     def __init__(self) -> None:
@@ -505,7 +505,7 @@ def aarch64_jump_table(effects: list[Effect], i: int, leaders: dict[int, list[in
         return None
     if table_reg in want:
         table = _a64_hoisted(effects, table_reg, use, leaders)
-    if table is None or base is None or count is None or not 0 < count <= _TABLE_MAX:
+    if table is None or base is None or count is None or not 0 < count <= TABLE_MAX:
         return None
     data = read(table, width * count)
     if data is None:

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .effects import (
-    _TABLE_MAX,
     CALLEE_SAVED,
+    TABLE_MAX,
     UNKNOWN_OP,
     Base,
     Effect,
@@ -25,7 +25,8 @@ from .effects import (
     _reaches,
 )
 
-__all__ = ["AMD64", "amd64_jump_tables", "amd64_jump_table", "amd64_computed_goto"]
+__all__ = ["AMD64Decoder", "amd64_jump_tables", "amd64_jump_table", "amd64_computed_goto",
+           "X86_NAMES", "X86_ALIASES", "X86_MOVES", "X86_STOPS", "X86_UNSIZED"]
 
 
 def _amd64_regs() -> dict[str, int]:
@@ -41,19 +42,19 @@ def _amd64_regs() -> dict[str, int]:
     return names
 
 
-_X86_NAMES = _amd64_regs()
+X86_NAMES = _amd64_regs()
 _NONE: frozenset[int] = frozenset()
 _RSP, _RBP = 7, 6
-_X86_STOPS = {"ud2", "ud1", "ud0", "hlt", "int3"}
+X86_STOPS = {"ud2", "ud1", "ud0", "hlt", "int3"}
 # Stores whose extent the operand size does not give (string stores go
 # through rdi, a base the analysis never follows, so they need no entry).
-_X86_UNSIZED = ("xsave", "fxsave", "fnsave", "fsave", "fnstenv", "fstenv", "xsaveopt", "xsavec",
+X86_UNSIZED = ("xsave", "fxsave", "fnsave", "fsave", "fnstenv", "fstenv", "xsaveopt", "xsavec",
                 "xsaves", "vscatter", "vpscatter")
 
 
 # Instructions that write only their first operand and the flags (or
 # nothing but the flags), never SP or a callee-saved register implicitly and
-# never a branch (``AMD64._quick``): those whose text names none of the
+# never a branch (``AMD64Decoder._quick``): those whose text names none of the
 # registers the analysis follows change nothing it tracks.
 _X86_PLAIN = frozenset((
     "mov movabs movzx movsx movsxd lea nop add sub adc sbb and or xor cmp test neg not inc dec "
@@ -67,16 +68,16 @@ _X86_PLAIN = frozenset((
     "pcmpeqb pcmpeqd pmovmskb movmskpd movmskps"
 ).split()) | {f"{op}{cc}" for op in ("cmov", "set") for cc in (
     "o", "no", "b", "ae", "e", "ne", "be", "a", "s", "ns", "p", "np", "l", "ge", "le", "g")}
-# Every spelling of SP, FP and the callee-saved registers (``_X86_NAMES``), as
+# Every spelling of SP, FP and the callee-saved registers (``X86_NAMES``), as
 # words of an operand text.
-_X86_FOLLOWED = re.compile(r"\b(?:" + "|".join(sorted(_X86_NAMES, key=len, reverse=True)) + r")\b")
+_X86_FOLLOWED = re.compile(r"\b(?:" + "|".join(sorted(X86_NAMES, key=len, reverse=True)) + r")\b")
 # Of those, the ones that write no operand (capstone reports ``test byte ptr
 # [rsp + 0xf], al`` as a store, so a compare through SP or FP is decoded in detail).
 _X86_COMPARES = frozenset("cmp test bt comiss comisd ucomiss ucomisd".split())
 # An address through SP or FP (as base or index).
 _X86_FRAME = re.compile(r"\[[^\]]*\b[re]?[sb]p\b[^\]]*\]")
 # ``MOVE SIZE ptr [rsp|rbp +- DISP], SOURCE``: a store to a frame slot.
-_X86_MOVES = frozenset("mov movq movd movss movsd movups movaps movupd movapd movdqu movdqa".split())
+X86_MOVES = frozenset("mov movq movd movss movsd movups movaps movupd movapd movdqu movdqa".split())
 _X86_SLOT = re.compile(
     r"(byte|word|dword|qword|xmmword) ptr \[(rsp|rbp)(?: ([+-]) (0x[0-9a-f]+|[0-9]+))?\], ")
 _X86_SIZES = {"byte": 1, "word": 2, "dword": 4, "qword": 8, "xmmword": 16}
@@ -84,14 +85,14 @@ _X86_SIZES = {"byte": 1, "word": 2, "dword": 4, "qword": 8, "xmmword": 16}
 _X86_WHOLE = frozenset(("rbx", "r12", "r13", "r14", "r15"))
 
 
-class AMD64(_Decoder):
+class AMD64Decoder(_Decoder):
     tracked = CALLEE_SAVED["amd64"]
 
     def __init__(self) -> None:
         import capstone
         from capstone import x86_const
 
-        super().__init__(capstone.CS_ARCH_X86, capstone.CS_MODE_64, _X86_NAMES, x86_const)
+        super().__init__(capstone.CS_ARCH_X86, capstone.CS_MODE_64, X86_NAMES, x86_const)
 
     def _base(self, insn: Any, mem: Any) -> tuple[Base, int]:
         base = self._num(insn, mem.base)
@@ -146,16 +147,16 @@ class AMD64(_Decoder):
                 if frame:
                     return None
             elif frame and "[" in dst:
-                slot = _X86_SLOT.match(op_str) if mnem in _X86_MOVES else None
+                slot = _X86_SLOT.match(op_str) if mnem in X86_MOVES else None
                 if slot is None:
                     return None
                 width, base, sign, disp = slot.groups()
                 offset = 0 if disp is None else int(disp, 0) * (-1 if sign == "-" else 1)
-                saved = _X86_NAMES.get(src) if width == "qword" and mnem in ("mov", "movq") \
+                saved = X86_NAMES.get(src) if width == "qword" and mnem in ("mov", "movq") \
                     else None
                 stores = (Store(Base.SP if base == "rsp" else Base.FP, offset, _X86_SIZES[width],
                                 saved if saved in self.tracked else None),)
-            elif (reg := _X86_NAMES.get(dst)) is not None:
+            elif (reg := X86_NAMES.get(dst)) is not None:
                 if reg in (_RSP, _RBP) or (mnem in ("mov", "movq") and "[" in src
                                            and dst in _X86_WHOLE):
                     return None
@@ -193,7 +194,7 @@ class AMD64(_Decoder):
                 flow, target = Flow.COND, imm
         elif 3 in groups or 5 in groups:  # ret, iret
             flow = Flow.RETURN
-        elif mnem in _X86_STOPS:
+        elif mnem in X86_STOPS:
             flow = Flow.STOP
         text = f"{mnem} {insn.op_str}"
         # The stack-pointer idioms, exactly.
@@ -239,9 +240,9 @@ class AMD64(_Decoder):
                 continue
             # A move writes its first operand whatever capstone says (5.0.7
             # reports ``movq qword ptr [rsp + 0x18], xmm0``, 66 0F D6, as a read).
-            written = op.access & 2 or op.access == 0 or (op is ops[0] and mnem in _X86_MOVES)
+            written = op.access & 2 or op.access == 0 or (op is ops[0] and mnem in X86_MOVES)
             if written and base is not Base.OTHER:
-                unsized = mnem.startswith(_X86_UNSIZED) or op.size not in (1, 2, 4, 8, 16, 32, 64)
+                unsized = mnem.startswith(X86_UNSIZED) or op.size not in (1, 2, 4, 8, 16, 32, 64)
                 reg = None
                 if is_mov and ops[1].type == c.X86_OP_REG and op.size == 8:
                     n = self._num(insn, ops[1].reg)
@@ -287,12 +288,12 @@ class AMD64(_Decoder):
 
 # -- jump tables -----------------------------------------------------------------
 
-_X86_ALIASES: dict[str, tuple[str, ...]] = {
+X86_ALIASES: dict[str, tuple[str, ...]] = {
     **{f"r{x}x": (f"r{x}x", f"e{x}x", f"{x}x", f"{x}l", f"{x}h") for x in "abcd"},
     **{f"r{x}": (f"r{x}", f"e{x}", x, f"{x}l") for x in ("si", "di", "bp", "sp")},
     **{f"r{n}": (f"r{n}", f"r{n}d", f"r{n}w", f"r{n}b") for n in range(8, 16)},
 }
-_X86_BYTE_REGS = frozenset(names[3] for names in _X86_ALIASES.values()) | {"ah", "bh", "ch", "dh"}
+_X86_BYTE_REGS = frozenset(names[3] for names in X86_ALIASES.values()) | {"ah", "bh", "ch", "dh"}
 
 
 def _rip_lea(eff: Effect, reg: str) -> int | None:
@@ -312,7 +313,7 @@ def _x86_hoisted(effects: list[Effect], base: str, use: int,
     ``base`` (capstone's register-write lists: an epilogue's ``pop``, a
     ``lea`` of another table, arithmetic) or from an indirect jump whose
     targets ``tables`` does not give passes through a ``lea`` of that T."""
-    number = _X86_NAMES.get(base)
+    number = X86_NAMES.get(base)
     if number not in CALLEE_SAVED["amd64"]:
         return None
     values: dict[int, int] = {}  # index of a lea -> its address
@@ -357,7 +358,7 @@ def amd64_jump_tables(effects: list[Effect], sites: list[int], leaders: set[int]
 
 def _family(name: str, width: int) -> str | None:
     """The 64-bit register whose alias of rank ``width`` (0: 64-bit, 1: 32-bit) is ``name``."""
-    for family, names in _X86_ALIASES.items():
+    for family, names in X86_ALIASES.items():
         if names[width] == name:
             return family
     return None
@@ -387,7 +388,7 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
     from the file.
     """
     jump = effects[i].text.split()
-    if len(jump) < 2 or jump[-2] != "jmp" or jump[-1] not in _X86_ALIASES:
+    if len(jump) < 2 or jump[-2] != "jmp" or jump[-1] not in X86_ALIASES:
         return None
     a = jump[-1]
     want = "add"
@@ -402,12 +403,12 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
         text = eff.text
         if want == "add" and text.startswith(f"add {a}, "):
             b = text.split(", ")[1]
-            if b not in _X86_ALIASES:
+            if b not in X86_ALIASES:
                 return None
             want = "movsxd"
         elif want == "movsxd" and text.startswith(f"movsxd {a}, dword ptr [{b} + "):
             rest = text[len(f"movsxd {a}, dword ptr [{b} + "):]
-            if not rest.endswith("*4]") or rest[:-3] not in _X86_ALIASES:
+            if not rest.endswith("*4]") or rest[:-3] not in X86_ALIASES:
                 return None
             idx = rest[:-3]
             want = "lea"
@@ -424,13 +425,13 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
             want = "cmp"
         elif want == "cmp" and text.startswith("cmp "):
             reg, _, bound = text[4:].partition(", ")
-            if reg not in _X86_ALIASES[idx] or table is None:
+            if reg not in X86_ALIASES[idx] or table is None:
                 return None
             try:
                 count = int(bound, 0) + 1
             except ValueError:
                 return None
-            if not 0 < count <= _TABLE_MAX:
+            if not 0 < count <= TABLE_MAX:
                 return None
             data = read(table, 4 * count)
             if data is None:
@@ -438,17 +439,17 @@ def amd64_jump_table(effects: list[Effect], i: int, leaders: set[int],
             entries = struct.unpack(f"<{count}i", data)
             return [table + e for e in entries]
         elif idx and want in ("lea", "ja") and text.startswith("movzx ") and all(
-                r in _X86_ALIASES[idx] for r in text[6:].split(", ")):
+                r in X86_ALIASES[idx] for r in text[6:].split(", ")):
             pass  # the index zero-extended from the width the bound was checked at
-        elif idx and want in ("lea", "ja") and text.startswith(f"mov {_X86_ALIASES[idx][1]}, ") \
+        elif idx and want in ("lea", "ja") and text.startswith(f"mov {X86_ALIASES[idx][1]}, ") \
                 and _family(text.split(", ")[1], 1) is not None:
             idx = _family(text.split(", ")[1], 1) or idx  # a 32-bit copy: the bound is on the source
         else:
-            names: tuple[str, ...] = _X86_ALIASES[a]
+            names: tuple[str, ...] = X86_ALIASES[a]
             if b:
-                names += _X86_ALIASES[b]
+                names += X86_ALIASES[b]
             if idx:
-                names += _X86_ALIASES[idx]
+                names += X86_ALIASES[idx]
             if want in ("ja", "cmp") or _mentions(text, names):
                 return None
         j -= 1
@@ -472,7 +473,7 @@ def amd64_computed_goto(effects: list[Effect], i: int, leaders: set[int],
     more targets than the real ones, never fewer (an unknown entry makes the
     whole table unknown)."""
     jump = effects[i].text.split()
-    if len(jump) != 2 or jump[0] != "jmp" or jump[1] not in _X86_ALIASES:
+    if len(jump) != 2 or jump[0] != "jmp" or jump[1] not in X86_ALIASES:
         return None
     a = jump[1]
     idx = ""
@@ -486,16 +487,16 @@ def amd64_computed_goto(effects: list[Effect], i: int, leaders: set[int],
             prefix = f"mov {a}, qword ptr ["
             if text.startswith(prefix) and text.endswith("*8]"):
                 base, _, index = text[len(prefix):-3].partition(" + ")
-                if base not in _X86_ALIASES or index not in _X86_ALIASES:
+                if base not in X86_ALIASES or index not in X86_ALIASES:
                     return None
                 table = _x86_hoisted(effects, base, j, tables or {})
                 if table is None:
                     return None
                 idx = index
-            elif _mentions(text, _X86_ALIASES[a]):
+            elif _mentions(text, X86_ALIASES[a]):
                 return None
             continue
-        names = _X86_ALIASES[idx]
+        names = X86_ALIASES[idx]
         mnem, _, ops = text.partition(" ")
         dst, _, src = ops.partition(", ")
         count = None
@@ -510,7 +511,7 @@ def amd64_computed_goto(effects: list[Effect], i: int, leaders: set[int],
         elif _mentions(text, names):
             return None
         if count is not None:
-            if table is None or count > _TABLE_MAX:
+            if table is None or count > TABLE_MAX:
                 return None
             return pointers(table, count)
     return None

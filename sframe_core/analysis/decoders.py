@@ -7,10 +7,10 @@ module imports only that; the analysis asks here for the ABI it has.
 from __future__ import annotations
 
 from ..base.abi import Arch
-from .aarch64 import AArch64
-from .amd64 import AMD64
+from .aarch64 import AArch64Decoder
+from .amd64 import AMD64Decoder
 from .effects import _Decoder, capstone_available
-from .s390x import S390X
+from .s390x import S390XDecoder
 
 __all__ = ["decoder_for"]
 
@@ -25,11 +25,11 @@ def decoder_for(arch: Arch) -> _Decoder | None:
     decoder: _Decoder | None = None
     if capstone_available():
         if arch.name == "amd64":
-            decoder = AMD64()
+            decoder = AMD64Decoder()
         elif arch.name == "aarch64":
-            decoder = AArch64()
+            decoder = AArch64Decoder()
         elif arch.name == "s390x":
-            decoder = S390X()
+            decoder = S390XDecoder()
     _DECODERS[arch.name] = decoder
     return decoder
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 __all__ = ["Flow", "Base", "Store", "Load", "SPOp", "UNKNOWN_OP", "Effect", "capstone_available",
-           "CALLEE_SAVED"]
+           "CALLEE_SAVED", "TABLE_MAX"]
 
 
 class Flow(enum.Enum):
@@ -258,7 +258,7 @@ class _Decoder:
 
 # -- shared by the jump-table readers --------------------------------------------
 
-_TABLE_MAX = 4096
+TABLE_MAX = 4096
 
 
 def _imm(text: str) -> int | None:

@@ -6,8 +6,8 @@ with an FDE of its own. Nothing calls that part: the hot part jumps into it
 with the callee-saved registers already pushed, so ``saved.analyse`` cannot
 start it from a function entry. When a whole module is converted (the
 symbol-file generator), every function's branches out of itself are known
-(``saved.Exit``), and a part is analysed from the state those branches carry
-(``saved.Entry``) when all of this holds:
+(``records.Exit``), and a part is analysed from the state those branches carry
+(``records.Entry``) when all of this holds:
 
 - every function of the module was decoded (one that was not, or an FDE
   with no row, which is not analysed, could be a hot part and branch
@@ -45,7 +45,7 @@ the others (a table's entry inside the part refuses it, above). PC-mask FDEs
 decoded and taken not to jump into parts.
 
 The hot part's own analysis does not see the jumps back from the part into
-it: it assumes, as before, that the part keeps what the hot part knows
+it: it assumes, as for every branch above, that the part keeps what the hot part knows
 (the compiler's code does: a jump back carries the state of the jump out,
 with any register the part wrote saved first).
 
@@ -64,7 +64,7 @@ from ..format.errata import correct_cfa
 from ..format.rules import fre_rules
 from .decoders import decoder_for
 from .effects import Effect, Flow
-from .saved import MAX_BYTES, Analysis, Entry, _meet, _State, entry_cfa, meet
+from .records import MAX_BYTES, Analysis, Entry, State, entry_cfa, meet, meet_states
 
 if TYPE_CHECKING:
     from ..format.records import FDE
@@ -88,9 +88,9 @@ class Exits(NamedTuple):
     unread tables' jumps (functions that branch into a part or into no FDE);
     ``opaque``: starts of functions whose code was not decoded."""
 
-    targets: dict[int, _State | None]
+    targets: dict[int, State | None]
     sources: dict[int, set[int]]
-    indirect: dict[int, dict[Key, _State]]
+    indirect: dict[int, dict[Key, State]]
     opaque: list[int]
 
 
@@ -105,7 +105,7 @@ def merge(into: Exits, other: Exits) -> None:
         mine = into.indirect.setdefault(start, {})
         for key, state in states.items():
             known = mine.get(key)
-            mine[key] = state if known is None else _meet(known, state)
+            mine[key] = state if known is None else meet_states(known, state)
     into.opaque.extend(other.opaque)
 
 
@@ -150,14 +150,14 @@ class Collector:
         if analysis.exits is None:
             exits.opaque.append(fde.start)
             return
-        unread: dict[Key, _State] = {}
+        unread: dict[Key, State] = {}
         kept = False
         for target, state in analysis.exits:
             if target is None:
                 if state is not None:
                     key = (state.sp, state.fp)
                     known = unread.get(key)
-                    unread[key] = state if known is None else _meet(known, state)
+                    unread[key] = state if known is None else meet_states(known, state)
             elif self._kept(target):
                 kept = True
                 exits.targets[target] = meet(exits.targets[target], state) \
@@ -190,11 +190,11 @@ def entries(section: SFrameSection, exits: Exits, section_starts: set[int]) -> d
             continue  # a branch into its middle
         if _may_run_into(section, fde, targets, section_starts):
             continue
-        unread: dict[Key, _State] = {}
+        unread: dict[Key, State] = {}
         for source in exits.sources.get(target, ()):
             for key, found in exits.indirect.get(source, {}).items():
                 known = unread.get(key)
-                unread[key] = found if known is None else _meet(known, found)
+                unread[key] = found if known is None else meet_states(known, found)
         out[target] = Entry(state, tuple(unread[key] for key in sorted(unread, key=_key)))
     if out and any(fde.size and not fde.num_fres for fde in section.iter_fdes()):
         return {}  # code with an FDE but no row is not analysed: it could be a hot part

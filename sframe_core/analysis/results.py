@@ -38,18 +38,17 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from ..base.abi import Arch
-from ..base.rows import CFARule, Rule
+from ..base.rows import CFARule
 from .effects import Effect, Flow
+from .records import Reg, Regs
 
 __all__ = ["ResultStore", "Kept", "KeptExit", "State", "Masks", "Reads", "flow_key", "index_key", "masks_of",
            "masked_key", "read_key", "INDIRECT", "UNREAD", "version"]
 
-Regs = tuple[tuple[int, Rule], ...]
-# The dataflow's state along a branch (``saved._State``): SP - CFA, FP - CFA,
-# per tracked register (slot, holds the caller's value, slot still to be
-# restored from, other register holding it), ALT - CFA.
-State = tuple[int | None, int | None, tuple[tuple[int | None, bool, bool, int | None], ...],
-              int | None]
+# The dataflow's state along a branch, as a plain tuple (``records.State``'s
+# fields: what a store keeps and gives back): SP - CFA, FP - CFA, per tracked
+# register its ``records.Reg``, ALT - CFA.
+State = tuple[int | None, int | None, tuple[Reg, ...], int | None]
 # A branch out of a function, relative to its start: (the branch's offset,
 # its target's offset or None: an unread jump table, the state along it).
 KeptExit = tuple[int, int | None, State | None]
@@ -57,7 +56,7 @@ KeptExit = tuple[int, int | None, State | None]
 
 class Kept(NamedTuple):
     """A function's result relative to its start: spans (lo, hi, rules) and
-    exits (``saved.Exit``, which ``parts.py`` needs of every function)."""
+    exits (``records.Exit``, which ``parts.py`` needs of every function)."""
 
     spans: Sequence[tuple[int, int, Regs]]
     exits: Sequence[KeptExit] = ()
@@ -120,7 +119,8 @@ def _capstone_identity() -> str:
     """Which capstone decodes: its binding's files as they are on disk (the
     wheel's, with its own library), else its versions. The files are not
     imported: a symbol file's worker whose functions the C analysis serves
-    never needs capstone's binding (36 ms to import)."""
+    never needs capstone's binding, whose import is a large part of a small
+    module's time."""
     import importlib.util
 
     spec = importlib.util.find_spec("capstone")
@@ -198,10 +198,10 @@ def flow_key(arch: Arch, tracked: tuple[int, ...], effects: Sequence[Effect], st
 # - a direct branch's displacement (the last 4 or 1 bytes after a branch
 #   opcode, checked equal to target - next instruction when found), with the
 #   target put in the key as the dataflow reads it (an offset inside the
-#   function, or outside): ``AMD64._effect`` gives a branch or call the same
+#   function, or outside): ``AMD64Decoder._effect`` gives a branch or call the same
 #   effect wherever it goes (``shaped_branches``);
 # - a RIP-relative operand's 32-bit displacement (capstone's printed value,
-#   found exactly once in the instruction's bytes when found): ``AMD64._base``
+#   found exactly once in the instruction's bytes when found): ``AMD64Decoder._base``
 #   makes every memory operand through RIP ``Base.OTHER`` at displacement 0
 #   and ``_pointer_op`` an unknown SP/FP, so no effect holds it.
 #

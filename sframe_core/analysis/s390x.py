@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from .effects import (
-    _TABLE_MAX,
     CALLEE_SAVED,
+    TABLE_MAX,
     UNKNOWN_OP,
     Base,
     Effect,
@@ -45,7 +45,7 @@ from .effects import (
     _imm,
 )
 
-__all__ = ["S390X", "s390x_jump_table"]
+__all__ = ["S390XDecoder", "s390x_jump_table"]
 
 _SP, _FP, _RA = 15, 11, 14
 # DWARF numbers of f0..f15 (the s390x ELF ABI's odd order: f0 f2 f4 f6 f1 f3 ...).
@@ -133,7 +133,7 @@ def _reg(name: str) -> tuple[str, int] | None:
     return None
 
 
-class S390X(_Decoder):
+class S390XDecoder(_Decoder):
     """Effects of s390x instructions (tracked: r6-r10, r12, r13, f8-f15; r11 is SFrame's FP)."""
 
     tracked = CALLEE_SAVED["s390x"]
@@ -659,7 +659,7 @@ def s390x_jump_table(effects: list[Effect], i: int,
     elif effects[prev].flow not in (Flow.JUMP, Flow.RETURN, Flow.INDIRECT, Flow.STOP) and not (
             effects[prev].flow is Flow.CALL and index_reg in _CALL_CLOBBERED):
         return None
-    if not 0 <= bound < _TABLE_MAX:
+    if not 0 <= bound < TABLE_MAX:
         return None
     data = read(table, 8 * (bound + 1))
     if data is None:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 from ..base.abi import Arch
 from ..base.rows import SAME, CFARule, Rule, RuleKind
@@ -51,7 +50,27 @@ from . import native
 from .aarch64 import aarch64_jump_tables
 from .amd64 import amd64_jump_tables
 from .decoders import decoder_for
-from .effects import Base, Effect, Flow, _new  # _new: records without NamedTuple's __new__
+from .effects import Base, Effect, Flow
+from .records import (
+    ENTRY_CFA,
+    LOST,
+    MAX_BYTES,
+    MAX_INSNS,
+    RED_ZONE,
+    Analysis,
+    Anchor,
+    Entry,
+    Exit,
+    Reg,
+    Regs,
+    Span,
+    State,
+    anchor,
+    entry_cfa,
+    meet,
+    meet_states,
+    new_record,
+)
 from .results import (
     INDIRECT,
     UNREAD,
@@ -69,105 +88,6 @@ from .s390x import s390x_jump_table
 __all__ = ["Span", "analyse", "MAX_INSNS", "MAX_BYTES", "Analysis", "Entry", "Exit", "meet",
            "entry_cfa"]
 
-# Bounds on one function's analysis: past them every register is unknown.
-MAX_BYTES = 512 * 1024
-MAX_INSNS = 60_000
-
-Regs = tuple[tuple[int, Rule], ...]
-
-
-class Span(NamedTuple):
-    """``regs`` hold for the PCs ``start <= pc < end`` (file or runtime addresses)."""
-
-    start: int
-    end: int
-    regs: Regs
-
-
-# One register's state: (CFA offset of a slot holding the caller's value or
-# None, the register itself holds the caller's value, the slot is still to be
-# restored from: not yet loaded back, so the compiler keeps it intact, another
-# register that holds the caller's value or None: s390x leaf functions keep
-# r6-r13 in f0-f7).
-_Reg = tuple[int | None, bool, bool, int | None]
-_LOST: _Reg = (None, False, False, None)
-
-
-class _State(NamedTuple):
-    sp: int | None  # SP - CFA
-    fp: int | None  # FP - CFA
-    regs: tuple[_Reg, ...]
-    alt: int | None = None  # ALT - CFA (a scratch base register saves go through: s390x r14)
-
-
-# A branch out of the function: (target, the state along it), target None for
-# an indirect jump whose table was not read; state None where it is not known
-# (an instruction no path reaches, a call, a function not analysed).
-Exit = tuple[int | None, _State | None]
-
-
-class Entry(NamedTuple):
-    """How a part that is not entered at a function entry is entered (``parts.py``):
-    the state every branch into its start carries (met), and the states of the
-    indirect jumps whose tables were not read in the functions that branch
-    into it (each met into every instruction of the part whose CFA rule fits
-    it, as within a function)."""
-
-    state: _State
-    indirect: tuple[_State, ...] = ()
-
-
-class Analysis(NamedTuple):
-    """The result for one function: spans in address order, why it stopped
-    early, and its branches out (``Exit``; None: not even those are known,
-    the code was not decoded)."""
-
-    spans: tuple[Span, ...]
-    note: str = ""
-    exits: tuple[Exit, ...] | None = None
-
-    def regs_at(self, pc: int) -> tuple[Regs, int, int]:
-        """(rules, lo, hi): the rules at ``pc`` hold for ``lo <= pc < hi``
-        (no rules between and around the spans)."""
-        spans = self.spans
-        lo, hi = 0, len(spans)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if spans[mid].end <= pc:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < len(spans):
-            span = spans[lo]
-            if span.start <= pc:
-                return span.regs, span.start, span.end
-            return (), (spans[lo - 1].end if lo else 0), span.start
-        return (), (spans[-1].end if spans else 0), 1 << 64
-
-
-def _meet(a: _State, b: _State) -> _State:
-    if a == b:
-        return a
-    regs = tuple(ra if ra == rb else ((ra[0] if ra[0] == rb[0] else None), ra[1] and rb[1],
-                                      ra[2] and rb[2], ra[3] if ra[3] == rb[3] else None)
-                 for ra, rb in zip(a.regs, b.regs, strict=True))
-    return _new(_State, (a.sp if a.sp == b.sp else None, a.fp if a.fp == b.fp else None, regs,
-                         a.alt if a.alt == b.alt else None))
-
-
-# CFA rule -> expected (SP - CFA, FP - CFA); None: the rule says nothing about it.
-Anchor = tuple[int | None, int | None]
-
-
-def _anchor(cfa: CFARule | None, arch: Arch) -> Anchor:
-    if cfa is None or cfa.deref:
-        return (None, None)
-    if cfa.reg == arch.sp:
-        return (-cfa.offset, None)
-    if cfa.reg == arch.fp:
-        return (None, -cfa.offset)
-    return (None, None)
-
 
 def _anchors(effects: list[Effect], rows: Sequence[tuple[int, CFARule | None]],
              arch: Arch) -> list[Anchor]:
@@ -176,28 +96,28 @@ def _anchors(effects: list[Effect], rows: Sequence[tuple[int, CFARule | None]],
     and an anchor per instruction."""
     out: list[Anchor] = []
     k, count = 0, len(rows)
-    anchor: Anchor = (None, None)
+    fixed: Anchor = (None, None)
     for eff in effects:
         while k < count and rows[k][0] <= eff.address:
-            anchor = _anchor(rows[k][1], arch)
+            fixed = anchor(rows[k][1], arch)
             k += 1
-        out.append(anchor)
+        out.append(fixed)
     return out
 
 
-def _reconcile(state: _State, anchor: Anchor) -> _State:
-    sp, fp = anchor
+def _reconcile(state: State, fixed: Anchor) -> State:
+    sp, fp = fixed
     if (sp is not None and state.sp is not None and sp != state.sp) or (
             fp is not None and state.fp is not None and fp != state.fp):
         # The simulation and SFrame disagree: trust neither for the registers.
-        return _new(_State, (sp, fp, tuple(_LOST for _ in state.regs), None))
+        return new_record(State, (sp, fp, tuple(LOST for _ in state.regs), None))
     if (sp is not None and state.sp is None) or (fp is not None and state.fp is None):
-        return _new(_State, (sp if sp is not None else state.sp,
+        return new_record(State, (sp if sp is not None else state.sp,
                              fp if fp is not None else state.fp, state.regs, state.alt))
     return state
 
 
-def _address(base: Base, disp: int, state: _State) -> int | None:
+def _address(base: Base, disp: int, state: State) -> int | None:
     if base is Base.SP:
         return None if state.sp is None else state.sp + disp
     if base is Base.FP:
@@ -207,7 +127,7 @@ def _address(base: Base, disp: int, state: _State) -> int | None:
     return None
 
 
-def _transfer(state: _State, eff: Effect, index: dict[int, int]) -> _State:
+def _transfer(state: State, eff: Effect, index: dict[int, int]) -> State:
     sp, fp, regs_t, alt = state
     regs = list(regs_t)
     for store in eff.stores:
@@ -252,11 +172,11 @@ def _transfer(state: _State, eff: Effect, index: dict[int, int]) -> _State:
         fp = _pointer(eff.fp.from_, eff.fp.add, state)
     if eff.alt is not None:
         alt = _pointer(eff.alt.from_, eff.alt.add, state)
-    return _new(_State, (sp, fp, tuple(regs), alt))
+    return new_record(State, (sp, fp, tuple(regs), alt))
 
 
-def _moves(regs: list[_Reg], before: tuple[_Reg, ...], eff: Effect,
-           index: dict[int, int]) -> list[_Reg]:
+def _moves(regs: list[Reg], before: tuple[Reg, ...], eff: Effect,
+           index: dict[int, int]) -> list[Reg]:
     """Copies to and from other registers: a register written forgets the
     values it held; ``(dst, src)`` with ``src`` a tracked register holding the
     caller's value (before the instruction) makes ``dst`` hold it; with ``dst``
@@ -275,7 +195,7 @@ def _moves(regs: list[_Reg], before: tuple[_Reg, ...], eff: Effect,
     return regs
 
 
-def _pointer(from_: str, add: int, state: _State) -> int | None:
+def _pointer(from_: str, add: int, state: State) -> int | None:
     if from_ == "sp" and state.sp is not None:
         return state.sp + add
     if from_ == "fp" and state.fp is not None:
@@ -285,7 +205,7 @@ def _pointer(from_: str, add: int, state: _State) -> int | None:
     return None
 
 
-def _rules(state: _State, tracked: Sequence[int], red_zone: int) -> Regs:
+def _rules(state: State, tracked: Sequence[int], red_zone: int) -> Regs:
     out: list[tuple[int, Rule]] = []
     sp = state.sp
     for reg, (slot, live, _, held) in zip(tracked, state.regs, strict=True):
@@ -296,21 +216,6 @@ def _rules(state: _State, tracked: Sequence[int], red_zone: int) -> Regs:
         elif held is not None:
             out.append((reg, Rule(RuleKind.IN_REG, 0, held)))
     return tuple(out)
-
-
-# The CFA rule at a function's first instruction, per ABI: SP + this.
-_ENTRY_CFA = {"amd64": 8, "aarch64": 0, "s390x": 160}
-_RED_ZONE = {"amd64": 128}
-
-
-def meet(a: _State | None, b: _State | None) -> _State | None:
-    """Two states that reach the same place, met (None, unknown, absorbs)."""
-    return None if a is None or b is None else _meet(a, b)
-
-
-def entry_cfa(arch: Arch) -> CFARule:
-    """The CFA rule at a function's first instruction."""
-    return CFARule(arch.sp, _ENTRY_CFA[arch.name])
 
 
 def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule | None],
@@ -399,7 +304,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     first_cfa = cfa_at(start)
     if entry is None and first_cfa != entry_cfa(arch):
         return Analysis((), "the first row is not a function entry", unknown_exits())
-    anchor0 = _anchor(first_cfa, arch)
+    anchor0 = anchor(first_cfa, arch)
     if entry is not None and (anchor0 == (None, None) or any(
             want is not None and have != want
             for want, have in zip(anchor0, (entry.state.sp, entry.state.fp), strict=True))):
@@ -451,7 +356,7 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
                     table_exits[i] = outside
     tracked = decoder.tracked
     anchors = _anchors(effects, rows, arch) if rows is not None \
-        else [_anchor(cfa_at(eff.address), arch) for eff in effects]
+        else [anchor(cfa_at(eff.address), arch) for eff in effects]
     # Everything from here on reads only what the key holds (see ``flow_key``):
     # a result kept for the same key is the one the dataflow would give.
     if store is None:
@@ -590,7 +495,7 @@ def _moved(kept: Kept | None, start: int, size: int, targets: Targets) -> Analys
             target = targets(off, rel) if 0 <= off < size else _MISS
             if target == _MISS:
                 return None
-        exits.append((target, None if state is None else _State(*state)))
+        exits.append((target, None if state is None else State(*state)))
     return Analysis(tuple(Span(start + lo, start + hi, regs) for lo, hi, regs in spans), "",
                     tuple(exits))
 
@@ -615,7 +520,7 @@ def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start
     and exits, and the address of each exit's branch (``leaving``: the
     instructions that may branch out, in order)."""
     index = {reg: i for i, reg in enumerate(tracked)}
-    first = _State(-_ENTRY_CFA[arch.name], None,
+    first = State(-ENTRY_CFA[arch.name], None,
                    tuple((None, True, False, None) for _ in tracked)) if entry is None \
         else entry.state
     begin = _reconcile(first, anchors[0])
@@ -624,19 +529,19 @@ def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start
     # overwritten either, so ``_moves`` keeps every register as it is).
     inert = [not (e.stores or e.loads or e.clobbers or e.others or e.moves)
              and e.sp is None and e.fp is None and e.alt is None for e in effects]
-    states: list[_State | None] = [None] * len(effects)
+    states: list[State | None] = [None] * len(effects)
     states[0] = begin
     work = [0]
     pending = {0}
-    indirect: dict[int, _State] = {}  # site -> its state
+    indirect: dict[int, State] = {}  # site -> its state
     if entry is not None:  # its hot part's unread tables may lead here too (parts.py)
         for k, foreign in enumerate(entry.indirect):
             indirect[-1 - k] = foreign
 
-    def flow_to(i: int, state: _State) -> None:
+    def flow_to(i: int, state: State) -> None:
         state = _reconcile(state, anchors[i])
         old = states[i]
-        new = state if old is None else _meet(old, state)
+        new = state if old is None else meet_states(old, state)
         if new != old:
             states[i] = new
             if i not in pending:
@@ -681,7 +586,7 @@ def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start
                 if (sp is not None and sp != out.sp) or (fp is not None and fp != out.fp):
                     out = _reconcile(out, anchors[i])
                 old = states[i]
-                new = out if old is None else _meet(old, out)
+                new = out if old is None else meet_states(old, out)
                 if new == old:
                     break
                 states[i] = new
@@ -691,11 +596,11 @@ def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start
             break
         # A jump table's targets: every instruction whose CFA rule fits the jump
         # (sites with the same SP/FP offsets are met first: interpreters have many).
-        by_frame: dict[tuple[int | None, int | None], _State] = {}
+        by_frame: dict[tuple[int | None, int | None], State] = {}
         for site_state in indirect.values():
             key = (site_state.sp, site_state.fp)
             known = by_frame.get(key)
-            by_frame[key] = site_state if known is None else _meet(known, site_state)
+            by_frame[key] = site_state if known is None else meet_states(known, site_state)
         for site_state in by_frame.values():
             for i, (sp, fp) in enumerate(anchors):
                 if (sp is not None and site_state.sp is not None and sp != site_state.sp) or (
@@ -704,13 +609,13 @@ def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start
                 flow_to(i, site_state)
         if not work:
             break
-    red_zone = _RED_ZONE.get(arch.name, 0)
+    red_zone = RED_ZONE.get(arch.name, 0)
     spans: list[Span] = []
     # Neighbouring instructions mostly share a state: its rules are made once.
-    made: dict[tuple[int | None, tuple[_Reg, ...]], Regs] = {}
+    made: dict[tuple[int | None, tuple[Reg, ...]], Regs] = {}
     lo = hi = -1
     current: Regs = ()
-    last: _State | None = None  # the state ``regs`` were made of (inert runs share one)
+    last: State | None = None  # the state ``regs`` were made of (inert runs share one)
     regs: Regs = ()
     for eff, state in zip(effects, states, strict=True):
         if state is None:
@@ -726,7 +631,7 @@ def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start
             hi += eff.size
             continue
         if hi >= 0:
-            spans.append(_new(Span, (lo, hi, current)))
+            spans.append(new_record(Span, (lo, hi, current)))
         lo, hi, current = eff.address, eff.address + eff.size, regs
     spans.append(Span(lo, hi, current))
     exits, sites_out = _exits(effects, states, inert, tables, table_exits, index, leaving)
@@ -737,7 +642,7 @@ def _dataflow(arch: Arch, tracked: tuple[int, ...], effects: list[Effect], start
 _BRANCHES = (Flow.JUMP, Flow.COND, Flow.CALL)
 
 
-def _exits(effects: list[Effect], states: list[_State | None], inert: list[bool],
+def _exits(effects: list[Effect], states: list[State | None], inert: list[bool],
            tables: dict[int, list[int]], table_exits: dict[int, tuple[int, ...]],
            index: dict[int, int], leaving: list[int]) -> tuple[tuple[Exit, ...], list[int]]:
     """The branches out of the function (of ``leaving``: its indirect jumps and
@@ -758,7 +663,7 @@ def _exits(effects: list[Effect], states: list[_State | None], inert: list[bool]
             targets = (eff.target,)
         state = states[i]
         if state is not None and flow is not Flow.CALL:
-            after: _State | None = state if inert[i] else _transfer(state, eff, index)
+            after: State | None = state if inert[i] else _transfer(state, eff, index)
         else:
             after = None
         if after is None and targets == (None,):

@@ -1,11 +1,11 @@
 """A symbol file's amd64 FDEs made in C (``analysis/native/fdes.c``), where it was built.
 
-With the saved-register analysis in C, the Python around it took most of
-a symbol file's time: an FDE's FREs decoded into records, its rows made
-and split at the analysis's spans, the rows encoded, the C's answer made
-into Python records, and every branch out looked up for ``parts.py``
-(0.1 ms per function; LLDB 23 waits for the whole file of a module with
-debug information). ``fdes.c`` does that work for an FDE in one step, the
+With the saved-register analysis in C, the Python around it is most of a
+symbol file's time (an FDE's FREs decoded into records, its rows made and
+split at the analysis's spans, the rows encoded, the C's answer made into
+Python records, every branch out looked up for ``parts.py``), and LLDB
+waits for the whole file of a module with debug information (figures:
+docs/dwarf.md, "Cost"). ``fdes.c`` does that work for an FDE in one step, the
 Python's way, and hands back its ``.debug_frame`` program and, only where
 one of them goes somewhere ``parts.Collector`` keeps, its exits. It
 declines what it does not cover (a corrupt record, PC-mask and flexible
@@ -22,11 +22,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..analysis import native
+from ..analysis.native.protocol import FDE_WORDS, NOMEM, SMALL, ST_DECLINED, ST_DONE, Region, Section
+from ..analysis.records import MAX_BYTES, Analysis
 from ..base.abi import AMD64
 
 if TYPE_CHECKING:
-    from ..analysis.saved import Analysis
     from ..dwarf.debug_frame import Encoded
+    from ..format.section import Region as Segment
     from ..format.section import SFrameSection
 
 __all__ = ["USE", "Made", "fdes_maker", "serves"]
@@ -34,24 +36,25 @@ __all__ = ["USE", "Made", "fdes_maker", "serves"]
 # Whether symbol files ask the C for their FDEs (tests compare both ways).
 USE = True
 
-_FDE_WORDS = 7
-_DONE, _DECLINED = 1, 2
-_SMALL, _NOMEM = -3, -2
 
+class _Input:
+    """The section as the C reads it (``struct sf_section``), holding the
+    Python objects its pointers point into: alive as long as this is."""
 
-class _Region(ctypes.Structure):
-    _fields_ = [("vaddr", ctypes.c_uint64), ("filesz", ctypes.c_uint64),
-                ("len", ctypes.c_uint64), ("bytes", ctypes.c_char_p)]
+    __slots__ = ("struct", "_data", "_regions", "_c_regions", "_starts")
 
-
-class _Section(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_char_p), ("size", ctypes.c_int64), ("version", ctypes.c_int64),
-        ("fixed_ra", ctypes.c_int64), ("fde_base", ctypes.c_int64), ("fde_size", ctypes.c_int64),
-        ("fre_base", ctypes.c_int64), ("fre_end", ctypes.c_int64), ("fre_len", ctypes.c_int64),
-        ("num_fdes", ctypes.c_int64), ("starts", ctypes.c_void_p),
-        ("regions", ctypes.POINTER(_Region)), ("nregions", ctypes.c_int64),
-        ("max_bytes", ctypes.c_int64), ("analyse", ctypes.c_int64)]
+    def __init__(self, section: SFrameSection, starts: array[int], regions: list[Segment],
+                 analyse: bool) -> None:
+        hdr = section.header
+        self._data = data = bytes(section.data)
+        self._regions = regions
+        self._c_regions = (Region * max(1, len(regions)))(
+            *(Region(r.address, r.filesz, len(r.contents), r.contents) for r in regions))
+        self._starts = starts
+        self.struct = Section(data, len(data), hdr.version, hdr.cfa_fixed_ra_offset, hdr.fde_base,
+                              hdr.fde_size, hdr.fre_base, hdr.fre_end, hdr.fre_len, hdr.num_fdes,
+                              starts.buffer_info()[0], self._c_regions, len(regions), MAX_BYTES,
+                              analyse)
 
 
 # One FDE's answer: None where the C declined it (the Python makes it);
@@ -71,8 +74,6 @@ def fdes_maker(section: SFrameSection) -> Callable[[range], list[Made]] | None:
     """``make(fdes)``: what the C makes of each FDE of ``fdes``; None where it
     makes none of this section's (not amd64, saved-register rules wanted and
     no code for them, an unsorted section, parts already given entries, no C)."""
-    from ..analysis.saved import MAX_BYTES, Analysis
-
     analyse = section.saves_registers and section.code is not None
     if not serves(section) or (analyse and section.regions is None):
         return None
@@ -82,33 +83,25 @@ def fdes_maker(section: SFrameSection) -> Callable[[range], list[Made]] | None:
     starts, order = section._table()
     if order is not None or not isinstance(starts, array):
         return None  # unsorted, or a start past 2^63: the Python's
-    hdr = section.header
-    data = bytes(section.data)
     regions = section.regions() if analyse and section.regions is not None else []
-    c_regions = (_Region * max(1, len(regions)))(
-        *(_Region(r.address, r.filesz, len(r.contents), r.contents) for r in regions))
-    c_section = _Section(data, len(data), hdr.version, hdr.cfa_fixed_ra_offset, hdr.fde_base,
-                         hdr.fde_size, hdr.fre_base, hdr.fre_end, hdr.fre_len, hdr.num_fdes,
-                         starts.buffer_info()[0], c_regions, len(regions), MAX_BYTES, analyse)
+    given = _Input(section, starts, regions, analyse)
     out = array("q", bytes(8 * 4096))
     prog = ctypes.create_string_buffer(1 << 16)
     used = ctypes.c_long()
-    keep = (data, regions, c_regions, starts)  # alive while the C reads them
 
     def make(fdes: range) -> list[Made]:
         nonlocal out, prog
         from ..dwarf.debug_frame import Encoded
 
-        assert keep
-        if len(out) < _FDE_WORDS * len(fdes) + 4096:  # the exits that follow are few
-            out = array("q", bytes(8 * (_FDE_WORDS * len(fdes) + 4096)))
+        if len(out) < FDE_WORDS * len(fdes) + 4096:  # the exits that follow are few
+            out = array("q", bytes(8 * (FDE_WORDS * len(fdes) + 4096)))
         while True:
-            got = lib.sf_amd64_fdes(ctypes.byref(c_section), fdes.start, fdes.stop,
+            got = lib.sf_amd64_fdes(ctypes.byref(given.struct), fdes.start, fdes.stop,
                                     out.buffer_info()[0], len(out), prog, len(prog),
                                     ctypes.byref(used))
-            if got == _NOMEM:
+            if got == NOMEM:
                 raise MemoryError("sframe: out of memory making FDEs")
-            if got != _SMALL:
+            if got != SMALL:
                 break
             out = array("q", bytes(16 * len(out)))
             prog = ctypes.create_string_buffer(2 * len(prog))
@@ -117,13 +110,13 @@ def fdes_maker(section: SFrameSection) -> Callable[[range], list[Made]] | None:
         made: list[Made] = []
         pos = 0
         for _ in fdes:
-            status, start, end, signal, at, size, extra = words[pos:pos + _FDE_WORDS]
-            pos += _FDE_WORDS
-            if status == _DECLINED:
+            status, start, end, signal, at, size, extra = words[pos:pos + FDE_WORDS]
+            pos += FDE_WORDS
+            if status == ST_DECLINED:
                 made.append(None)
                 continue
             item = Encoded(start, end, bool(signal), False, programs[at:at + size]) \
-                if status == _DONE else None
+                if status == ST_DONE else None
             analysis = None
             if extra:
                 analysis = Analysis((), "", native.exits(words, pos))

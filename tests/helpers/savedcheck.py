@@ -45,7 +45,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from sframe_core.analysis.aarch64 import _A64_NAMES, aarch64_jump_tables
-from sframe_core.analysis.amd64 import _X86_NAMES, amd64_jump_table
+from sframe_core.analysis.amd64 import X86_NAMES, amd64_jump_table
 from sframe_core.analysis.decoders import decoder_for
 from sframe_core.analysis.effects import CALLEE_SAVED, Flow
 from sframe_core.analysis.s390x import s390x_jump_table
@@ -119,7 +119,7 @@ def _graph(section: SFrameSection, table: CFITable, fde: FDE) -> tuple[list[int]
         return _s390x_graph(section, table, fde, code)
     if section.arch.name == "amd64":
         md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-        names = _X86_NAMES
+        names = X86_NAMES
     else:
         md = capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM)
         names = _A64_NAMES

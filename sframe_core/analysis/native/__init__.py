@@ -1,19 +1,19 @@
 """The amd64 saved-register analysis in C (``amd64.c``), where a C compiler made it.
 
-The Python analysis (``saved.analyse`` over ``amd64.py``'s effects) costs
-about 0.3 ms per function, most of a symbol file's time: LLDB 23 waits for
-the whole file of a module with debug information, so a large program's
-first stop waited seconds. ``amd64.c`` is the same analysis (capstone's
-detailed decode as ``AMD64._effect`` reads it, the same dataflow, spans and
-exits, gcc's jump tables read the way ``amd64_jump_tables`` reads them)
-for the functions it covers: entered at their first instruction, with no
-computed goto (whose table the Python reads through the module's
-relocations); an indirect jump that is no table it reads (a tail call
-through a register) goes anywhere its CFA rule fits, as in the Python. It
-declines the rest, and
-``saved.analyse`` runs as before, so every result is the one the Python
+The Python analysis (``saved.analyse`` over ``amd64.py``'s effects) is most
+of a symbol file's time, and LLDB waits for the whole file of a module with
+debug information before its first stop (figures: docs/dwarf.md, "Cost").
+``amd64.c`` is the same analysis (capstone's detailed decode as
+``AMD64Decoder._effect`` reads it, the same dataflow, spans and exits,
+gcc's jump tables read the way ``amd64_jump_tables`` reads them) for the
+functions it covers: entered at their first instruction, with no computed
+goto (whose table the Python reads through the module's relocations); an
+indirect jump that is no table it reads (a tail call through a register)
+goes anywhere its CFA rule fits, as in the Python. It declines the rest,
+which ``saved.analyse`` decides, so every result is the one the Python
 gives (``tests/test_native.py`` holds it to that on every amd64 function of
-the fixtures, the real programs and the host's libc and loader).
+the fixtures, the real programs and the host's libc and loader). Its
+protocol with the Python is ``sframe_native.h`` and ``protocol.py``.
 
 It is compiled against the headers that come with capstone's Python binding
 and calls that binding's own library, which it loads itself, privately (the
@@ -38,14 +38,23 @@ import sys
 import tempfile
 from array import array
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...base.abi import AMD64
 from ...base.files import cache_root
 from ...base.rows import SAME, CFARule, Rule, RuleKind
-
-if TYPE_CHECKING:
-    from ..saved import Analysis, Exit, Span
+from ..records import Analysis, Exit, Span, State, anchor, new_record
+from .protocol import (
+    EXIT_WORDS,
+    NO_READ,
+    NONE,
+    READ,
+    SMALL,
+    SPAN_WORDS,
+    TRACKED,
+    compile_flags,
+    declare,
+)
 
 __all__ = ["ENV", "USE", "available", "analyse", "build", "built", "exits", "library",
            "library_path"]
@@ -55,29 +64,24 @@ ENV = "SFRAME_NATIVE"
 # itself turn it off; ``SFRAME_NATIVE=0`` does for a session).
 USE = os.environ.get(ENV, "").strip() != "0"
 _HERE = os.path.dirname(os.path.abspath(__file__))
-# amd64.c: the analysis; fdes.c: a symbol file's FDEs around it (symfiles/native_fdes.py).
+# amd64.c: the analysis; fdes.c: a symbol file's FDEs around it (symfiles/native_fdes.py);
+# sframe_native.h: the protocol both share with protocol.py.
 _SOURCES = tuple(os.path.join(_HERE, name) for name in ("amd64.c", "fdes.c"))
-_NONE = -(1 << 63)
-_TRACKED = (3, 12, 13, 14, 15)  # effects.CALLEE_SAVED["amd64"], the C's order
-_SPAN = 2 + 2 * len(_TRACKED)
-_EXIT = 4 + 3 * len(_TRACKED)
-_DECLINE, _SMALL = -1, -3
+_HEADER = os.path.join(_HERE, "sframe_native.h")
 
 _lib: Any = None
 _tried = False
 _out = array("q")  # the C's answers (grown to fit the largest function asked)
 # A span's rules by the C's words for them: spans mostly repeat a few.
 _regs: dict[tuple[int, ...], tuple[tuple[int, Rule], ...]] = {}
-_READ = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p)
 # The reader of the function being analysed (``analyse``'s ``read``), and
 # whether it failed: the C asks it for jump tables through ``_read``.
-_NO_READ = _READ()  # NULL: no table is read
 _reader: list[Callable[[int, int], bytes | None] | None] = [None]
 _failed = [False]
 
 
-@_READ
-def _read(address: int, size: int, out: int) -> int:
+@READ
+def _read(context: int | None, address: int, size: int, out: int) -> int:
     """The C's ``read``: the file's bytes at ``address``, 1; 0 where there are none.
     Nothing may leave a ctypes callback: a reader that raises makes the C's
     answer void (``analyse`` then declines, and the Python analysis raises it)."""
@@ -123,16 +127,18 @@ def built() -> bool:
 
 @functools.cache
 def _name() -> str | None:
-    """The built library's file name: a digest of this source and of the
-    capstone it is built against (read once per process)."""
+    """The built library's file name: a digest of its sources, of the values
+    the Python passes it (``protocol.compile_flags``) and of the capstone it
+    is built against (read once per process)."""
     found = _capstone()
     if found is None:
         return None
     lib = found[1]
     source = b""
-    for path in _SOURCES:
+    for path in (*_SOURCES, _HEADER):
         with open(path, "rb") as stream:
             source += stream.read()
+    source += "\n".join(compile_flags()).encode()
     stat = os.stat(lib)
     key = hashlib.sha256(source + f"\n{lib}\n{stat.st_size}\n{stat.st_mtime_ns}".encode()).hexdigest()
     return f"amd64-{key[:16]}.so"
@@ -175,8 +181,8 @@ def build() -> str | None:
     except OSError:
         return None
     try:
-        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-I", found[0], "-o", tmp,
-                               *_SOURCES, "-ldl"], stdin=subprocess.DEVNULL, capture_output=True,
+        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-I", found[0], *compile_flags(),
+                               "-o", tmp, *_SOURCES, "-ldl"], stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=60, check=False)
         if done.returncode != 0:
             return None
@@ -224,17 +230,8 @@ def available() -> bool:
         return False
     try:
         lib = ctypes.CDLL(path)
-        lib.sf_amd64_init.argtypes = [ctypes.c_char_p]
-        if lib.sf_amd64_init(os.fsencode(found[1])) != 0:  # the binding's own capstone
+        if not declare(lib) or lib.sf_amd64_init(os.fsencode(found[1])) != 0:  # the binding's capstone
             return False
-        lib.sf_amd64_analyse.restype = ctypes.c_long
-        lib.sf_amd64_analyse.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64,
-                                         ctypes.c_void_p, ctypes.c_long, _READ, ctypes.c_void_p,
-                                         ctypes.c_long]
-        lib.sf_amd64_fdes.restype = ctypes.c_long
-        lib.sf_amd64_fdes.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                                      ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p,
-                                      ctypes.c_long, ctypes.POINTER(ctypes.c_long)]
     except (OSError, AttributeError):
         return False
     _lib = lib
@@ -244,7 +241,7 @@ def available() -> bool:
 def _regs_of(words: tuple[int, ...]) -> tuple[tuple[int, Rule], ...]:
     """A span's rules from the C's kind and offset per tracked register."""
     regs: list[tuple[int, Rule]] = []
-    for i, reg in enumerate(_TRACKED):
+    for i, reg in enumerate(TRACKED):
         kind = words[2 * i]
         if kind == 1:
             regs.append((reg, SAME))
@@ -260,14 +257,12 @@ def analyse(code: bytes, start: int, rows: Sequence[tuple[int, CFARule | None]],
     Python analysis then decides). ``read(address, size)``: the file's bytes,
     for jump tables (None: a function with an indirect jump is declined)."""
     global _out
-    from ..saved import Analysis, _anchor
-
     if _lib is None and not available():
         return None
     words: list[int] = []
     for at, cfa in rows:  # each row and its anchor, None as the C's NONE
-        sp, fp = _anchor(cfa, AMD64)
-        words += (at, _NONE if sp is None else sp, _NONE if fp is None else fp)
+        sp, fp = anchor(cfa, AMD64)
+        words += (at, NONE if sp is None else sp, NONE if fp is None else fp)
     packed = array("q", words)
     want = 1024 + 64 * len(code)
     if len(_out) < want:
@@ -276,9 +271,9 @@ def analyse(code: bytes, start: int, rows: Sequence[tuple[int, CFARule | None]],
     try:
         while True:
             answer = _lib.sf_amd64_analyse(code, len(code), start, packed.buffer_info()[0],
-                                           len(rows), _read if read is not None else _NO_READ,
+                                           len(rows), _read if read is not None else NO_READ, None,
                                            _out.buffer_info()[0], len(_out))
-            if answer != _SMALL:
+            if answer != SMALL:
                 break
             _out = array("q", bytes(16 * len(_out)))
     finally:
@@ -298,40 +293,36 @@ def library() -> Any:
 
 def _spans(out: list[int]) -> tuple[tuple[Span, ...], int]:
     """The spans of the C's answer, and where its exits begin."""
-    from ..saved import Span, _new
-
     spans = []
     pos = 1
     made = _regs
     for _ in range(out[0]):
-        key = tuple(out[pos + 2:pos + _SPAN])
+        key = tuple(out[pos + 2:pos + SPAN_WORDS])
         regs = made.get(key)
         if regs is None:
             if len(made) >= 4096:
                 made.clear()
             regs = made[key] = _regs_of(key)
-        spans.append(_new(Span, (out[pos], out[pos + 1], regs)))
-        pos += _SPAN
+        spans.append(new_record(Span, (out[pos], out[pos + 1], regs)))
+        pos += SPAN_WORDS
     return tuple(spans), pos
 
 
 def exits(out: Sequence[int], pos: int = 0) -> tuple[Exit, ...]:
     """The exits of the C's words from ``pos`` on (their count, then each)."""
-    from ..saved import _new, _State
-
     found: list[Exit] = []
     count, pos = out[pos], pos + 1
     for _ in range(count):
         target = out[pos]
         state = None
         if out[pos + 1]:
-            w = out[pos + 2:pos + _EXIT]
-            state = _new(_State, (None if w[0] == _NONE else w[0], None if w[1] == _NONE else w[1],
-                                  tuple((None if w[2 + 3 * i] == _NONE else w[2 + 3 * i],
+            w = out[pos + 2:pos + EXIT_WORDS]
+            state = new_record(State, (None if w[0] == NONE else w[0], None if w[1] == NONE else w[1],
+                                  tuple((None if w[2 + 3 * i] == NONE else w[2 + 3 * i],
                                          bool(w[3 + 3 * i]), bool(w[4 + 3 * i]), None)
-                                        for i in range(len(_TRACKED))), None))
-        found.append((None if target == _NONE else target, state))
-        pos += _EXIT
+                                        for i in range(len(TRACKED))), None))
+        found.append((None if target == NONE else target, state))
+        pos += EXIT_WORDS
     return tuple(found)
 
 

@@ -1,6 +1,6 @@
 /* The saved-register analysis of one amd64 function, in C: the same result
  * as sframe_core/analysis/saved.py's analyse() with amd64.py's detailed
- * effects (AMD64._effect) and jump tables (amd64_jump_tables), for a
+ * effects (AMD64Decoder._effect) and jump tables (amd64_jump_tables), for a
  * function entered at its first instruction without a computed goto (its
  * table is read through the module's relocations, which this file does not
  * read); an indirect jump through no table it reads goes anywhere its CFA
@@ -13,8 +13,11 @@
  * amd64 function of the fixtures, the real programs and the host's libraries.
  * capstone is the Python binding's own library (its headers ship with it):
  * native/__init__.py builds this file against them, and this file loads
- * that library (``sf_amd64_init``).
+ * that library (``sf_amd64_init``). Its protocol with the Python, and the
+ * values it takes from the Python analysis, are in sframe_native.h.
  */
+#include "sframe_native.h"
+
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,20 +25,18 @@
 #include <string.h>
 #include <capstone/capstone.h>
 
-#define NONE INT64_MIN
-#define NTRACKED 5
+/* Stores one instruction is followed for: one with more is declined. */
 #define MAX_STORES 4
-#define MAX_INSNS 60000
-#define RED_ZONE 128
-#define SF_DECLINE (-1)
-#define SF_NOMEM (-2)
-#define SF_SMALL (-3)
+/* The Python analysis's bounds (records.py), and amd64.py's table bound. */
+#define MAX_INSNS SF_MAX_INSNS
+#define RED_ZONE SF_RED_ZONE
 
 enum flow { FALL, JUMP, COND, CALL, RETURN, INDIRECT, STOP };
 enum base { B_SP, B_FP, B_OTHER, B_FRAME };
 enum ptr { P_NONE, P_SP, P_FP, P_UNKNOWN }; /* SPOp: unchanged, from sp/fp + add, unknown */
 
-static const int tracked_dwarf[NTRACKED] = {3, 12, 13, 14, 15};
+/* effects.py's CALLEE_SAVED["amd64"], in its order: the analysis's tracked registers. */
+static const int tracked_dwarf[NTRACKED] = {SF_TRACKED};
 
 struct store { int8_t base; int64_t disp; int64_t size; int8_t reg; }; /* size -1: unsized; reg -1 */
 struct load { int8_t reg; int8_t base; int64_t disp; };
@@ -58,21 +59,17 @@ struct reg { int64_t slot; uint8_t live, pinned; };
 struct state { int64_t sp, fp; struct reg regs[NTRACKED]; };
 
 /* capstone register id -> DWARF number of a followed register (3, 6, 7,
- * 12-15), or -1; made from the names, as amd64.py's _X86_NAMES. */
+ * 12-15), or -1; made from the names in amd64.py's X86_NAMES. */
 static int8_t reg_num[X86_REG_ENDING];
 static csh handle;
 static int ready;
 
+struct name_number { const char *name; int number; };
+static const struct name_number x86_names[] = {SF_X86_NAMES};
+
 static int name_num(const char *name) {
-    static const char *const rbx[] = {"rbx", "ebx", "bx", "bl", "bh"};
-    static const char *const rbp[] = {"rbp", "ebp", "bp", "bpl"};
-    static const char *const rsp[] = {"rsp", "esp", "sp", "spl"};
-    for (size_t i = 0; i < 5; i++) if (!strcmp(name, rbx[i])) return 3;
-    for (size_t i = 0; i < 4; i++) if (!strcmp(name, rbp[i])) return 6;
-    for (size_t i = 0; i < 4; i++) if (!strcmp(name, rsp[i])) return 7;
-    if (name[0] == 'r' && name[1] == '1' && name[2] >= '2' && name[2] <= '5'
-        && (name[3] == 0 || ((name[3] == 'd' || name[3] == 'w' || name[3] == 'b') && name[4] == 0)))
-        return 10 + (name[2] - '0');
+    for (size_t i = 0; i < sizeof x86_names / sizeof *x86_names; i++)
+        if (!strcmp(name, x86_names[i].name)) return x86_names[i].number;
     return -1;
 }
 
@@ -121,14 +118,9 @@ int sf_amd64_init(const char *library) {
 static int num(unsigned reg) { return reg && reg < X86_REG_ENDING ? reg_num[reg] : -1; }
 
 static int tracked_index(int n) {
-    switch (n) {
-    case 3: return 0;
-    case 12: return 1;
-    case 13: return 2;
-    case 14: return 3;
-    case 15: return 4;
-    default: return -1;
-    }
+    for (int i = 0; i < NTRACKED; i++)
+        if (tracked_dwarf[i] == n) return i;
+    return -1;
 }
 
 static long at_index(const struct effect *effs, long count, uint64_t addr);
@@ -147,11 +139,10 @@ static int starts_one_of(const char *s, const char *const *list) {
     return 0;
 }
 
-static const char *const moves[] = {"mov", "movq", "movd", "movss", "movsd", "movups", "movaps",
-                                    "movupd", "movapd", "movdqu", "movdqa", NULL};
-static const char *const unsized[] = {"xsave", "fxsave", "fnsave", "fsave", "fnstenv", "fstenv",
-                                      "xsaveopt", "xsavec", "xsaves", "vscatter", "vpscatter", NULL};
-static const char *const stops[] = {"ud2", "ud1", "ud0", "hlt", "int3", NULL};
+/* amd64.py's X86_MOVES, X86_UNSIZED and X86_STOPS. */
+static const char *const moves[] = {SF_X86_MOVES, NULL};
+static const char *const unsized[] = {SF_X86_UNSIZED, NULL};
+static const char *const stops[] = {SF_X86_STOPS, NULL};
 
 static void mem_base(const x86_op_mem *mem, int8_t *base, int64_t *disp) {
     int b = num(mem->base);
@@ -205,7 +196,7 @@ static uint8_t tracked_bits(uint32_t writes) {
     return bits;
 }
 
-/* amd64.py's AMD64._effect. 0, or SF_DECLINE (more stores than kept). */
+/* amd64.py's AMD64Decoder._effect. 0, or SF_DECLINE (more stores than kept). */
 static int effect_of(const cs_insn *insn, struct effect *e) {
     const cs_detail *d = insn->detail;
     const cs_x86 *x = &d->x86;
@@ -386,20 +377,9 @@ static void memo_keep(const uint8_t *at, const cs_insn *insn, const struct effec
 /* -- jump tables (amd64.py's amd64_jump_tables for gcc's position-independent
  * tables, over the same instruction texts) -- */
 
-typedef int (*sf_read_fn)(uint64_t address, uint64_t size, uint8_t *out);
-
-#define TABLE_MAX 4096
-/* amd64.py's _X86_ALIASES: each 64-bit register's names, widest first. */
-static const char *const aliases[16][6] = {
-    {"rax", "eax", "ax", "al", "ah", NULL}, {"rbx", "ebx", "bx", "bl", "bh", NULL},
-    {"rcx", "ecx", "cx", "cl", "ch", NULL}, {"rdx", "edx", "dx", "dl", "dh", NULL},
-    {"rsi", "esi", "si", "sil", NULL}, {"rdi", "edi", "di", "dil", NULL},
-    {"rbp", "ebp", "bp", "bpl", NULL}, {"rsp", "esp", "sp", "spl", NULL},
-    {"r8", "r8d", "r8w", "r8b", NULL}, {"r9", "r9d", "r9w", "r9b", NULL},
-    {"r10", "r10d", "r10w", "r10b", NULL}, {"r11", "r11d", "r11w", "r11b", NULL},
-    {"r12", "r12d", "r12w", "r12b", NULL}, {"r13", "r13d", "r13w", "r13b", NULL},
-    {"r14", "r14d", "r14w", "r14b", NULL}, {"r15", "r15d", "r15w", "r15b", NULL},
-};
+#define TABLE_MAX SF_TABLE_MAX
+/* amd64.py's X86_ALIASES: each 64-bit register's names, widest first. */
+static const char *const aliases[16][6] = {SF_X86_ALIASES};
 
 /* The family (index into aliases) whose 64-bit name is ``name``, or -1. */
 static int family64(const char *name, size_t len) {
@@ -604,7 +584,7 @@ enum want { W_ADD, W_MOVSXD, W_LEA, W_JA, W_CMP };
 /* amd64_jump_table: the targets of the table ``effs[i]`` jumps through
  * (appended to ``t``), 1; 0 where it is not gcc's form; -1 out of memory. */
 static int jump_table(const struct effect *effs, long count, long i, const uint64_t *leaders,
-                      long nleaders, sf_read_fn read, const long *site_table,
+                      long nleaders, sf_read_fn read, void *context, const long *site_table,
                       const struct tables *known, struct tables *t, long *ntargets, long tab,
                       struct scratch *w) {
     /* jump = text.split(): the last two words "jmp" and a 64-bit register */
@@ -670,7 +650,7 @@ static int jump_table(const struct effect *effs, long count, long i, const uint6
             int64_t n = value + 1;
             if (!(0 < n && n <= TABLE_MAX)) return 0;
             uint8_t data[4 * TABLE_MAX];
-            if (!read((uint64_t)table, (uint64_t)(4 * n), data)) return 0;
+            if (!read(context, (uint64_t)table, (uint64_t)(4 * n), data)) return 0;
             if (*ntargets + n > t->cap) { /* grown as tables are read: memory as the input's */
                 long cap = 2 * t->cap > *ntargets + n ? 2 * t->cap : *ntargets + n;
                 int64_t *grown = realloc(t->targets, sizeof *grown * (size_t)cap);
@@ -919,9 +899,6 @@ static void rules_of(const struct state *s, int64_t out[2 * NTRACKED]) {
     }
 }
 
-#define SPAN_WORDS (2 + 2 * NTRACKED)
-#define EXIT_WORDS (4 + 3 * NTRACKED)
-
 static void put_state(int64_t *w, const struct state *s) {
     w[0] = s->sp;
     w[1] = s->fp;
@@ -959,10 +936,11 @@ static void flow_to(struct worklist *f, long j, struct state state) {
  * exits, then each exit (target or NONE, whether a state follows, SP, FP,
  * then slot, live, pinned per tracked register). Returns the words written,
  * SF_DECLINE (the Python analysis decides), SF_SMALL (``out`` too small) or
- * SF_NOMEM. ``read(address, size, buffer)``: the file's bytes (jump tables),
+ * SF_NOMEM. ``read(context, address, size, buffer)``: the file's bytes (jump tables),
  * 1 when it could; NULL: no indirect jump is followed (they are declined). */
 long sf_amd64_analyse(const uint8_t *code, size_t len, uint64_t start,
-                      const int64_t *rows, long nrows, sf_read_fn read, int64_t *out, long cap) {
+                      const int64_t *rows, long nrows, sf_read_fn read, void *context, int64_t *out,
+                      long cap) {
     if (!ready || len == 0) return SF_DECLINE;
     uint64_t end = start + len;
     long capacity = 64, count = 0, result = SF_DECLINE;
@@ -1070,7 +1048,7 @@ long sf_amd64_analyse(const uint8_t *code, size_t len, uint64_t start,
             if (!sc.todo) { result = SF_NOMEM; goto done; }
             for (long i = 0; i < count; i++) {
                 if (effs[i].flow != INDIRECT) continue;
-                int got = jump_table(effs, count, i, leaders, nleaders, read, known_table, &last_t,
+                int got = jump_table(effs, count, i, leaders, nleaders, read, context, known_table, &last_t,
                                      &cur_t, &ntargets, tab, &sc);
                 if (got < 0) { result = SF_NOMEM; goto done; }
                 if (!got) {
@@ -1124,7 +1102,7 @@ long sf_amd64_analyse(const uint8_t *code, size_t len, uint64_t start,
         anchor_fp[i] = afp;
     }
     struct state first;
-    first.sp = -8;
+    first.sp = -SF_ENTRY_CFA; /* SP - CFA at the entry */
     first.fp = NONE;
     for (int i = 0; i < NTRACKED; i++) first.regs[i] = (struct reg){NONE, 1, 0};
     states[0] = reconcile(first, anchor_sp[0], anchor_fp[0]);

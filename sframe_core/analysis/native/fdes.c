@@ -1,18 +1,18 @@
 /* A symbol file's amd64 FDEs in C: from an FDE's FREs to its .debug_frame
  * program in one step, with the saved-register analysis of amd64.c between.
  *
- * Once the analysis was in C, the Python around it was most of a symbol
- * file's time (reading the FREs, making the rows, encoding them: 60-90 us
- * per function), and LLDB 23 waits for the whole file. This is the same
+ * With the analysis in C, the Python around it (reading the FREs, making
+ * the rows, encoding them) is most of a symbol file's time, and LLDB waits
+ * for the whole file (figures: docs/dwarf.md, "Cost"). This is the same
  * work, mirrored line by line from the Python, so that the bytes are the
  * same:
  *
- *   records.py  fde_decoder, _walk_fres, _fre      (the checks included)
- *   rules.py    fre_rules                         (a default FDE, amd64)
- *   section.py  fde_rows, saved_analysis          (rows split at the spans)
- *   saved.py    Analysis.regs_at, _anchor         (and analyse's C gate)
- *   parts.py    Collector._kept, _first_cfa       (which exits matter)
- *   debug_frame.py  encode_rows, _cfa_ops, _rule_ops, _advance, functions
+ *   format/records.py  fde_decoder, _walk_fres, _fre  (the checks included)
+ *   format/rules.py    fre_rules                      (a default FDE, amd64)
+ *   format/section.py  fde_rows, saved_analysis       (rows split at the spans)
+ *   analysis/records.py  Analysis.regs_at, anchor     (and saved.analyse's C gate)
+ *   analysis/parts.py  Collector._kept, _first_cfa    (which exits matter)
+ *   dwarf/debug_frame.py  encode_rows, _cfa_ops, _rule_ops, _advance, functions
  *
  * It declines an FDE (the Python makes it, and raises what it raises) for
  * anything off that path: a corrupt FDE or FRE (its own or one a branch
@@ -21,52 +21,19 @@
  * every function amd64.c declines. symfiles/native_fdes.py calls it;
  * tests/test_native.py holds its symbol files to the Python's, byte for byte.
  */
-#include <stdint.h>
+#include "sframe_native.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-#define NONE INT64_MIN
-#define NTRACKED 5
-#define SPAN_WORDS (2 + 2 * NTRACKED)
-#define EXIT_WORDS (4 + 3 * NTRACKED)
-#define SF_DECLINE (-1)
-#define SF_NOMEM (-2)
-#define SF_SMALL (-3)
-/* Words per FDE in the output: status, start, end, signal, program offset
- * and length, exit words that follow. */
-#define FDE_WORDS 7
-#define ST_NONE 0     /* no function: no rows (exits may follow) */
-#define ST_DONE 1     /* an FDE made */
-#define ST_DECLINED 2 /* the Python makes this one */
-
-typedef int (*sf_read_fn)(uint64_t address, uint64_t size, uint8_t *out);
-long sf_amd64_analyse(const uint8_t *code, size_t len, uint64_t start, const int64_t *rows,
-                      long nrows, sf_read_fn read, int64_t *out, long cap);
-
-/* A PT_LOAD segment's contents as the file holds them (elf.py code_reader). */
-struct sf_region { uint64_t vaddr, filesz, len; const uint8_t *bytes; };
-
-/* The section and what the Python knows of it (section.py). */
-struct sf_section {
-    const uint8_t *data;
-    int64_t size, version, fixed_ra, fde_base, fde_size, fre_base, fre_end, fre_len, num_fdes;
-    const int64_t *starts; /* FDE i's start: the section is sorted */
-    const struct sf_region *regions;
-    int64_t nregions, max_bytes;
-    int64_t analyse; /* rows get the saved-register rules (section.py _wants_saved) */
-};
 
 struct fde { int64_t start, size, num_fres, rep_size, first_fre; uint8_t info, info2; };
 struct fre { int64_t start; uint8_t info; int count; int32_t words[3]; };
 
-static _Thread_local const struct sf_region *regions;
-static _Thread_local int64_t nregions;
-
-/* elf.py's code_reader(whole=True): the first segment that holds the range
- * whole by its file size answers, or nothing does. */
-static const uint8_t *bytes_at(uint64_t address, uint64_t size) {
-    for (int64_t k = 0; k < nregions; k++) {
-        const struct sf_region *r = &regions[k];
+/* elf.py's code_reader(whole=True): the first segment of ``s`` that holds
+ * the range whole by its file size answers, or nothing does. */
+static const uint8_t *bytes_at(const struct sf_section *s, uint64_t address, uint64_t size) {
+    for (int64_t k = 0; k < s->nregions; k++) {
+        const struct sf_region *r = &s->regions[k];
         if (address + size >= address && r->vaddr <= address && address + size <= r->vaddr + r->filesz) {
             uint64_t at = address - r->vaddr;
             return at + size <= r->len ? r->bytes + at : NULL;
@@ -75,8 +42,9 @@ static const uint8_t *bytes_at(uint64_t address, uint64_t size) {
     return NULL;
 }
 
-static int read_regions(uint64_t address, uint64_t size, uint8_t *out) {
-    const uint8_t *found = bytes_at(address, size);
+/* The analysis's reader (sf_read_fn): ``context`` is the section. */
+static int read_regions(void *context, uint64_t address, uint64_t size, uint8_t *out) {
+    const uint8_t *found = bytes_at(context, address, size);
     if (!found) return 0;
     memcpy(out, found, size);
     return 1;
@@ -161,10 +129,11 @@ static int fre_rules(const struct fre *r, struct cfa *cfa, struct rule *fp) {
     return 1;
 }
 
+/* records.entry_cfa: SP + SF_ENTRY_CFA, the CFA at a function's entry. */
 static int is_entry(const struct fre *r) {
     struct cfa c;
     struct rule fp;
-    return fre_rules(r, &c, &fp) && c.reg == 7 && c.offset == 8;
+    return fre_rules(r, &c, &fp) && c.reg == 7 && c.offset == SF_ENTRY_CFA;
 }
 
 /* section.py's find_fde on a sorted section: -1 for none, -2 where an FDE
@@ -189,20 +158,36 @@ static int64_t find_fde(const struct sf_section *s, int64_t pc, struct fde *f) {
     return -1;
 }
 
+/* Collector._kept for a branch into FDE ``f``: 1 kept, 0 not, -1 where the
+ * Python raises, -2 out of memory. */
+static int kept_fde(const struct sf_section *s, const struct fde *f) {
+    if (pcmask(f)) return 0;
+    if (flex(s, f)) return -1; /* its rules are the Python's to read */
+    if (f->num_fres == 0) return 1; /* _first_cfa None: not the entry's */
+    struct fre *fres = malloc(sizeof *fres * (size_t)f->num_fres);
+    if (!fres) return -2;
+    int result = -1;
+    if (!get_fres(s, f, fres)) result = fres[0].start != 0 || !is_entry(&fres[0]);
+    free(fres);
+    return result;
+}
+
+/* Collector._kept's answers by FDE index over one sf_amd64_fdes call, so
+ * that an FDE many branches land in (a shared error path, a tail-called
+ * helper) has its FREs decoded once: 0 not asked yet, else the answer + 2. */
+struct kept_cache { int8_t *by_fde; };
+
 /* parts.py's Collector._kept: 1 kept, 0 not, -1 where the Python raises. */
-static int kept(const struct sf_section *s, int64_t target) {
+static int kept(const struct sf_section *s, int64_t target, struct kept_cache *cache) {
     struct fde f;
     int64_t found = find_fde(s, target, &f);
     if (found == -2) return -1;
     if (found < 0) return 1;
-    if (pcmask(&f)) return 0;
-    if (flex(s, &f)) return -1; /* its rules are the Python's to read */
-    if (f.num_fres == 0) return 1; /* _first_cfa None: not the entry's */
-    struct fre *fres = malloc(sizeof *fres * (size_t)f.num_fres);
-    if (!fres) return -1;
-    int result = -1;
-    if (!get_fres(s, &f, fres)) result = fres[0].start != 0 || !is_entry(&fres[0]);
-    free(fres);
+    if (!cache->by_fde) cache->by_fde = calloc((size_t)s->num_fdes, 1);
+    if (cache->by_fde && cache->by_fde[found]) return cache->by_fde[found] - 2;
+    int result = kept_fde(s, &f);
+    if (result == -2) return -1; /* not kept: memory may be found for the next */
+    if (cache->by_fde) cache->by_fde[found] = (int8_t)(result + 2);
     return result;
 }
 
@@ -284,13 +269,34 @@ static int advance(struct buf *b, uint64_t delta) {
 }
 
 /* The registers a row gives rules for, in the encoder's (sorted) order:
- * rbx, rbp (FP), r12-r15, the RA column; tracked[] maps the analysis's. */
-#define NREGS 7
-static const int regs_order[NREGS] = {3, 6, 12, 13, 14, 15, 16};
-static const int tracked_slot[NTRACKED] = {0, 2, 3, 4, 5}; /* rbx, r12-r15 in regs_order */
+ * the analysis's tracked registers, the FP and the RA column. */
+static const int regs_order[] = {SF_FDE_REGS};
+#define NREGS ((int)(sizeof regs_order / sizeof *regs_order))
+static const int tracked[NTRACKED] = {SF_TRACKED};
+
+/* Where each register's rule is in a row (its index in regs_order). */
+struct slots { int tracked[NTRACKED], fp, ra; };
+
+static int slot_of(int reg) {
+    for (int i = 0; i < NREGS; i++)
+        if (regs_order[i] == reg) return i;
+    return -1;
+}
+
+/* The slots, or -1 where regs_order lacks a register. */
+static int find_slots(struct slots *out) {
+    out->fp = slot_of(SF_FP_REG);
+    out->ra = slot_of(SF_RA_REG);
+    int missing = out->fp < 0 || out->ra < 0;
+    for (int i = 0; i < NTRACKED; i++) missing |= (out->tracked[i] = slot_of(tracked[i])) < 0;
+    return missing ? -1 : 0;
+}
 
 /* encode_rows' state across one FDE's rows. */
-struct encoder { struct buf *b; uint64_t loc; struct cfa cfa; struct rule current[NREGS]; int64_t ra; };
+struct encoder {
+    struct buf *b; uint64_t loc; struct cfa cfa; struct rule current[NREGS]; int64_t ra;
+    const struct slots *at;
+};
 
 /* One row [lo, hi) (hi only bounds the next): ``cfa`` NULL for the outermost. */
 static int encode_row(struct encoder *e, uint64_t lo, const struct cfa *cfa, const struct rule *fp,
@@ -302,11 +308,11 @@ static int encode_row(struct encoder *e, uint64_t lo, const struct cfa *cfa, con
     struct rule want[NREGS];
     for (int i = 0; i < NREGS; i++) want[i] = (struct rule){K_UNDEFINED, 0};
     for (int i = 0; span && i < NTRACKED; i++) {
-        if (span[2 * i] == 1) want[tracked_slot[i]] = (struct rule){K_SAME, 0};
-        else if (span[2 * i] == 2) want[tracked_slot[i]] = (struct rule){K_AT_CFA, span[2 * i + 1]};
+        if (span[2 * i] == 1) want[e->at->tracked[i]] = (struct rule){K_SAME, 0};
+        else if (span[2 * i] == 2) want[e->at->tracked[i]] = (struct rule){K_AT_CFA, span[2 * i + 1]};
     }
-    want[6] = cfa ? (struct rule){K_AT_CFA, e->ra} : (struct rule){K_UNDEFINED, 0}; /* the fixed RA */
-    want[1] = *fp;
+    want[e->at->ra] = cfa ? (struct rule){K_AT_CFA, e->ra} : (struct rule){K_UNDEFINED, 0}; /* the fixed RA */
+    want[e->at->fp] = *fp;
     if (cfa && (cfa->reg != e->cfa.reg || cfa->offset != e->cfa.offset)) {
         if (cfa_ops(e->b, cfa, &e->cfa)) return -1;
         e->cfa = *cfa;
@@ -351,6 +357,8 @@ struct work {
     struct fre *fres; long fres_cap;
     int64_t *rows; long rows_cap;
     int64_t *answer; long answer_cap;
+    struct slots at;
+    struct kept_cache kept;
 };
 
 static int grow(void **p, long *cap, long want, size_t size) {
@@ -374,14 +382,14 @@ static long analysed(const struct sf_section *s, const struct fde *f, long entry
     /* analyse's gate for the C: the last row at the start is a function
      * entry's, the function is not too large, its code is in the file */
     if (entry < 0 || !is_entry(&w->fres[entry]) || f->size > s->max_bytes) return SF_DECLINE;
-    const uint8_t *code = bytes_at((uint64_t)f->start, (uint64_t)f->size);
+    const uint8_t *code = bytes_at(s, (uint64_t)f->start, (uint64_t)f->size);
     if (!code) return SF_DECLINE;
     long answer;
     for (;;) {
         long want = 1024 + 64 * f->size;
         if (grow((void **)&w->answer, &w->answer_cap, want, sizeof *w->answer)) return SF_NOMEM;
         answer = sf_amd64_analyse(code, (size_t)f->size, (uint64_t)f->start, w->rows, (long)f->num_fres,
-                                  read_regions, w->answer, w->answer_cap);
+                                  read_regions, (void *)s, w->answer, w->answer_cap);
         if (answer != SF_SMALL) break;
         if (grow((void **)&w->answer, &w->answer_cap, 2 * w->answer_cap, sizeof *w->answer)) return SF_NOMEM;
     }
@@ -395,7 +403,7 @@ static long analysed(const struct sf_section *s, const struct fde *f, long entry
     for (long x = 0; x < nexits; x++) { /* every one asked, as a corrupt FDE there raises */
         int64_t target = exits[1 + x * EXIT_WORDS];
         if (target == NONE) continue;
-        int k = kept(s, target);
+        int k = kept(s, target, &w->kept);
         if (k < 0) return SF_DECLINE;
         keep |= k;
     }
@@ -451,9 +459,9 @@ static long one_fde(const struct sf_section *s, int64_t index, struct work *w, i
     }
     /* fde_rows, each row encoded as it is made (encode_rows) */
     long at = prog->n;
-    struct encoder e = {prog, 0, {7, 0}, {{0}}, s->fixed_ra};
+    struct encoder e = {prog, 0, {7, 0}, {{0}}, s->fixed_ra, &w->at};
     for (int i = 0; i < NREGS; i++) e.current[i] = (struct rule){K_UNDEFINED, 0};
-    e.current[1] = e.current[6] = (struct rule){K_UNSET, 0}; /* FP and RA: said in the first row */
+    e.current[w->at.fp] = e.current[w->at.ra] = (struct rule){K_UNSET, 0}; /* said in the first row */
     uint64_t first = 0, last = 0, limit = (uint64_t)(f.start + f.size);
     int any = 0;
     for (int64_t k = 0; k < f.num_fres; k++) {
@@ -489,17 +497,18 @@ static long one_fde(const struct sf_section *s, int64_t index, struct work *w, i
 /* FDEs [lo, hi) of the section: FDE_WORDS per FDE (and its exits where
  * they matter) into ``out``, their programs into ``prog``. Returns the
  * words written, SF_SMALL (a buffer is too small: nothing is kept, ask
- * again with larger ones) or SF_NOMEM. ``*used``: the program bytes. */
+ * again with larger ones) or SF_NOMEM. ``*used``: the program bytes.
+ * Every FDE is declined where the registers passed at build time do not
+ * make a row (SF_FDE_REGS lacks one): the Python makes them. */
 long sf_amd64_fdes(const struct sf_section *s, int64_t lo, int64_t hi, int64_t *out, long cap,
                    uint8_t *prog, long prog_cap, long *used) {
     struct work w = {0};
     struct buf b = {prog, 0, prog_cap};
     long n = 0, result = 0;
-    regions = s->regions;
-    nregions = s->nregions;
+    int unmade = find_slots(&w.at);
     for (int64_t index = lo; index < hi; index++) {
         long at = b.n;
-        long got = one_fde(s, index, &w, out + n, cap - n, &b);
+        long got = unmade ? SF_DECLINE : one_fde(s, index, &w, out + n, cap - n, &b);
         if (got == SF_SMALL || got == SF_NOMEM) { result = got; goto done; }
         if (got == SF_DECLINE) {
             if (cap - n < FDE_WORDS) { result = SF_SMALL; goto done; }
@@ -516,5 +525,11 @@ done:
     free(w.fres);
     free(w.rows);
     free(w.answer);
+    free(w.kept.by_fde);
     return result;
+}
+
+void sf_native_layout(int64_t out[2]) {
+    out[0] = (int64_t)sizeof(struct sf_region);
+    out[1] = (int64_t)sizeof(struct sf_section);
 }
