@@ -161,7 +161,9 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
         for entry in entries:
             section = entry.sframe(self.plugin)
             if section is None:
-                gdb.write(f"{entry.path}: .sframe unusable\n")
+                error = entry.module.error if entry.module is not None else None
+                reason = str(error).removeprefix(f"{entry.path}: .sframe: ") if error else ""
+                gdb.write(f"{entry.path}: .sframe unusable{': ' + reason if reason else ''}\n")
                 continue
             lo = min((lo for lo, _ in entry.code), default=0)
             hi = max((hi for _, hi in entry.code), default=0)

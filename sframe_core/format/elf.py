@@ -107,8 +107,14 @@ class ElfSFrame(NamedTuple):
 
         base = self.sframe_address if address is None else address
         kept: dict[int, bytes] = {}  # a whole reader's segments, shared with ``regions``
+        data: bytes | memoryview = self.data
         try:
-            section = SFrameSection(self.data, base, pcrel=True if self.relocated else None,
+            if not self.relocated and self.elf_type in ("ET_EXEC", "ET_DYN"):
+                from .linked import inspect
+
+                data = inspect(data, base, exact=not self.from_segment,
+                               code=self.code_ranges(base - self.sframe_address)).data
+            section = SFrameSection(data, base, pcrel=True if self.relocated else None,
                                     name=self.path,
                                     code=self.code_reader(base - self.sframe_address, whole=whole,
                                                           kept=kept))
@@ -120,6 +126,11 @@ class ElfSFrame(NamedTuple):
         section.absolute_tables = self.elf_type == "ET_EXEC" and base == self.sframe_address
         section.pointers = self.pointer_reader(base - self.sframe_address, whole=whole)
         return section
+
+    def code_ranges(self, bias: int) -> list[tuple[int, int]]:
+        """The executable PT_LOAD segments' address ranges once loaded at ``bias``."""
+        return [(seg.vaddr + bias, seg.vaddr + bias + seg.memsz)
+                for seg in self.segments if seg.executable]
 
     def pointer_reader(self, bias: int, *, whole: bool = False) -> PointerReader | None:
         """Reads ``count`` 64-bit words at a runtime address as they will be
