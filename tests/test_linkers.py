@@ -1,0 +1,117 @@
+"""Programs linked by gold, lld and mold (tests/fixtures/linkers, built by
+build_linkers.sh): each concatenates the inputs' ``.sframe`` sections, so
+every output holds two SFrame headers whose parts are read as one section.
+
+gdb with the plugin on each ``noeh`` program must show its twin's backtrace
+(the twin keeps ``.eh_frame``); a section broken the way no producer writes
+is refused with one line, and no frame comes from it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from sframe_core.base.errors import FormatError
+from sframe_core.format.elf import read_elf
+from sframe_core.format.linked import split_parts
+from tests.helpers import FIXTURES, missing, need
+from tests.helpers.gdbtools import GDBS, Gdb, gdb_version, parse_bt
+
+LINKERS = FIXTURES / "linkers"
+BUILDS = [f"v{v}-{ld}" for v in (1, 2, 3) for ld in ("gold", "lld", "mold")]
+CHAIN = ["stop_here", "cb", "lb", "la", "p1", "m1", "main"]
+
+
+def _functions(path: Path) -> dict[int, str]:
+    from elftools.elf.elffile import ELFFile
+
+    with open(path, "rb") as stream:
+        symtab = ELFFile(stream).get_section_by_name(".symtab")
+        return {s["st_value"]: s.name for s in symtab.iter_symbols()
+                if s["st_info"]["type"] == "STT_FUNC" and s["st_value"]}
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_every_part_read(build: str) -> None:
+    """Two headers in each output; every FDE of both parts lands on its function."""
+    for name, expect in (("lk", {"stop_here", "cb", "m1", "main", "p0", "p1"}),
+                         ("liblk.so", {"la", "lb"})):
+        path = need(LINKERS / build / "noeh" / name)
+        info = read_elf(path)
+        assert info.data is not None
+        assert len(split_parts(info.data)) == 2
+        section = info.open()
+        assert section is not None and section.header.sorted
+        names = _functions(path)
+        assert {names.get(fde.start) for fde in section.iter_fdes()} == expect
+
+
+def _gdb() -> str:
+    path = GDBS["gdb13"]
+    if gdb_version(path) is None:
+        missing(f"no gdb at {path} (scripts/setup.sh installs it)")
+    return path
+
+
+def _bt(program: Path, plugin: bool) -> tuple[list[tuple[int | None, str]], str]:
+    with Gdb(_gdb(), plugin=plugin, args=[str(program)]) as g:
+        g.cmd("break stop_here")
+        out = g.cmd("run")
+        assert "Breakpoint 1," in out, out
+        text = g.cmd("bt")
+        info = g.cmd("info sframe") if plugin else ""
+    assert "Traceback" not in text + info and "Python Exception" not in text + info
+    return [(f.pc, f.name) for f in parse_bt(text)], info
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_gdb_twin(build: str) -> None:
+    twin, _ = _bt(need(LINKERS / build / "lk"), plugin=False)
+    assert [n for _, n in twin] == CHAIN
+    got, info = _bt(need(LINKERS / build / "noeh" / "lk"), plugin=True)
+    assert got == twin
+    assert "unusable" not in info, info
+
+
+def _corrupt(tmp: Path) -> Path:
+    """v3-lld's noeh pair with the second part's first FDE moved 1 MiB
+    past the program's code."""
+    for name in ("lk", "liblk.so"):
+        shutil.copy(need(LINKERS / "v3-lld" / "noeh" / name), tmp / name)
+    path = tmp / "lk"
+    info = read_elf(path)
+    assert info.data is not None and info.sframe_address is not None
+    part = split_parts(info.data)[1]
+    data = bytearray(path.read_bytes())
+    from elftools.elf.elffile import ELFFile
+
+    with open(path, "rb") as stream:
+        offset = ELFFile(stream).get_section_by_name(".sframe")["sh_offset"]
+    at = offset + part.offset + part.header.fde_base
+    (value,) = struct.unpack_from("<q", data, at)
+    struct.pack_into("<q", data, at, value + (1 << 20))
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_refused_once(tmp_path: Path) -> None:
+    """One line names the module and what is wrong; no frame from it."""
+    path = _corrupt(tmp_path)
+    with pytest.raises(FormatError, match=r"lk: \.sframe: 2 SFrame headers concatenated "
+                       r"\(at 0x0, 0x88\): FDE 0 of the header at 0x88 .* is outside "
+                       r"the module's code"):
+        read_elf(path).open()
+    with Gdb(_gdb(), args=[str(path)]) as g:
+        g.cmd("break stop_here")
+        out = g.cmd("run")
+        text = g.cmd("bt")
+        text += g.cmd("bt")
+        info = g.cmd("info sframe")
+    assert "Traceback" not in out + text + info
+    warned = [line for line in (out + text).splitlines() if "is outside the module's code" in line]
+    assert len(warned) == 1, out + text
+    assert f"{path}: .sframe unusable: 2 SFrame headers concatenated" in info, info
