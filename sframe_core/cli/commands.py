@@ -267,11 +267,14 @@ def run_verify(args: argparse.Namespace) -> int:
         elif isinstance(result, Unreadable):
             errors.append(result.text)
     failed = sum(1 for r in reports if r.failed)
+    # A gate over a tree must not pass on nothing: e.g. a linker dropped
+    # every output's .sframe (gold and lld with --gc-sections).
+    nothing = args.recursive and not reports and not errors
+    status = 2 if errors or nothing else 1 if failed else 0
     out = sys.stdout
     if args.json:
         json.dump({"files": [report_json(r) for r in reports], "errors": errors,
-                   "skipped": skipped,
-                   "status": 2 if errors else 1 if failed else 0}, out, indent=1)
+                   "skipped": skipped, "status": status}, out, indent=1)
         out.write("\n")
     else:
         for report in reports:
@@ -285,7 +288,10 @@ def run_verify(args: argparse.Namespace) -> int:
     out.flush()
     for error in errors:
         _error(sys.stderr, error)
-    return 2 if errors else 1 if failed else 0
+    if nothing:
+        _error(sys.stderr, f"no file verified ({skipped} skipped: no .sframe, or no CFI to "
+                           "compare)")
+    return status
 
 
 # -- backtrace (sframe_core/targets/backtrace.py) ------------------------------------
