@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from sframe_core.base.errors import FormatError
+from sframe_core.cli.commands import main as cli_main
+from sframe_core.cli.verify import report_lines, verify_file
 from sframe_core.format.elf import read_elf
 from sframe_core.format.linked import split_parts
 from tests.helpers import FIXTURES, missing, need
@@ -115,3 +117,41 @@ def test_refused_once(tmp_path: Path) -> None:
     warned = [line for line in (out + text).splitlines() if "is outside the module's code" in line]
     assert len(warned) == 1, out + text
     assert f"{path}: .sframe unusable: 2 SFrame headers concatenated" in info, info
+
+
+# -- sframe verify ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("build", ["v1-gold", "v2-mold", "v3-lld"])
+def test_verify_names_the_concatenation(build: str) -> None:
+    """Every function agrees (the parts are read right); the concatenation and
+    the missing SORTED flag fail the file, as libsframe and the kernel refuse it."""
+    report = verify_file(str(need(LINKERS / build / "lk")))
+    assert {f.verdict for f in report.functions} <= {"agrees", "not-covered"}
+    assert all(f.known for f in report.functions)
+    kinds = {f.kind: f for f in report.findings}
+    assert kinds["concatenated"].text.startswith("2 SFrame headers concatenated (at 0x0, ")
+    assert "sees 4 of the 6 FDEs" in kinds["concatenated"].text
+    assert kinds["concatenated"].fatal and kinds["sorted-flag"].fatal
+    assert report.status == 1
+    kernel = verify_file(str(LINKERS / build / "lk"), kernel=True).kernel
+    assert kernel is not None and any(f.kind == "kernel-concatenated" for f in kernel)
+
+
+def test_verify_lost_plt() -> None:
+    """ld 2.47.50 with --gc-sections: its PLT stubs' FDEs lost, named so; the
+    PT_GNU_SFRAME it keeps from before the merge, a note."""
+    report = verify_file(str(need(LINKERS / "v3-ld-gc" / "lk")))
+    lost = [f for f in report.functions if not f.known]
+    assert {f.name for f in lost} >= {".plt"}, report_lines(report)
+    assert all("lost their SFrame FDE" in f.detail for f in lost)
+    assert [f.kind for f in report.findings] == ["segment-size"]
+    assert not report.findings[0].fatal
+    assert report.status == 1
+
+
+def test_verify_recursive_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """-r over a tree where no file has .sframe: not a pass."""
+    shutil.copy("/bin/true", tmp_path / "true")
+    assert cli_main(["verify", "-r", str(tmp_path)]) == 2
+    assert "no file verified (1 skipped" in capsys.readouterr().err

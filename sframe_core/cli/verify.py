@@ -751,8 +751,10 @@ def _lost_plt(info: ElfSFrame, section: SFrameSection, functions: list[Function]
         return functions
     if any(_section_of(layout, fde.start) in _PLT_SECTIONS for fde in section.iter_fdes()):
         return functions
-    return [f._replace(known=False, detail=f"lost: {f.detail.replace(' the linker gave no', ' ld made no')} "
-                       "(ld gives its PLT stubs FDEs when it merges .sframe; this output has none)")
+    return [f._replace(known=False, detail=(
+                f"{_section_of(layout, f.start)} stubs ({f.start:#x}-{f.end:#x}) lost their "
+                "SFrame FDE: ld gives its PLT stubs FDEs when it merges .sframe, and this "
+                "output has none for any PLT (ld 2.47.50 with --gc-sections)"))
             if f.verdict == NOT_COVERED and f.reasons == (KNOWN_PLT,) else f
             for f in functions]
 
