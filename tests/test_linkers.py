@@ -14,14 +14,14 @@ import struct
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES, missing, need
+from helpers.gdbtools import GDBS, Gdb, gdb_version, parse_bt
 
 from sframe_core.base.errors import FormatError
 from sframe_core.cli.commands import main as cli_main
 from sframe_core.cli.verify import report_lines, verify_file
 from sframe_core.format.elf import read_elf
 from sframe_core.format.linked import split_parts
-from tests.helpers import FIXTURES, missing, need
-from tests.helpers.gdbtools import GDBS, Gdb, gdb_version, parse_bt
 
 LINKERS = FIXTURES / "linkers"
 BUILDS = [f"v{v}-{ld}" for v in (1, 2, 3) for ld in ("gold", "lld", "mold")]
@@ -155,3 +155,34 @@ def test_verify_recursive_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[
     shutil.copy("/bin/true", tmp_path / "true")
     assert cli_main(["verify", "-r", str(tmp_path)]) == 2
     assert "no file verified (1 skipped" in capsys.readouterr().err
+
+
+# -- LLDB ---------------------------------------------------------------------------
+
+_LLDB_TWINS: dict[tuple[str, str], list[int | None]] = {}
+
+
+def _lldb_pcs(version: str, binary: Path, twin: Path, plugin: bool) -> tuple[list[int | None], str]:
+    from helpers.lldbtools import break_command, command_output, run_lldb
+    from helpers.lldbtools import parse_bt as lldb_bt
+
+    out = run_lldb(version, [f"target create {binary}", break_command(binary, twin),
+                             "process launch", "bt", "sframe status"], plugin=plugin)
+    assert "Traceback" not in out, out
+    return [f.pc for f in lldb_bt(command_output(out, "bt"))], out
+
+
+@pytest.mark.lldb
+@pytest.mark.parametrize("version", ["22", "23"])
+@pytest.mark.parametrize("build", ["v3-gold", "v3-lld", "v3-mold"])
+def test_lldb_twin(version: str, build: str) -> None:
+    """LLDB with the plugin on each v3 noeh program: the twin's frames."""
+    twin = need(LINKERS / build / "lk")
+    key = (version, build)
+    if key not in _LLDB_TWINS:
+        _LLDB_TWINS[key] = _lldb_pcs(version, twin, twin, plugin=False)[0]
+    want = _LLDB_TWINS[key]
+    assert len(want) >= len(CHAIN), want
+    got, out = _lldb_pcs(version, need(LINKERS / build / "noeh" / "lk"), twin, plugin=True)
+    assert got == want, out[-4000:]
+    assert "unusable" not in out, out[-4000:]
