@@ -43,6 +43,15 @@ if [ -z "${SETUP_SKIP_APT:-}" ]; then
   for p in libsframe3 libsframe2 libsframe1 libsframe0; do
     if apt_has "$p"; then pkgs+=("$p"); break; fi
   done
+  # the linkers besides ld (tests/test_linkers.py links the host gas's objects
+  # with each at test time): gold (Debian 12: in binutils, which provides
+  # binutils-gold; 13: its own package), lld (12: lld-19; 13: lld-19 or lld),
+  # mold (1.10 in 12, 2.x in 13)
+  if apt_has binutils-gold; then pkgs+=(binutils-gold); fi
+  for p in lld-19 lld; do
+    if apt_has "$p"; then pkgs+=("$p"); break; fi
+  done
+  if apt_has mold; then pkgs+=(mold); fi
   # optional: newest apt lldb with python bindings (Debian 13 has lldb-22)
   if [ -n "${SETUP_APT_LLDB:-}" ]; then
     for v in 23 22 21 20 19; do

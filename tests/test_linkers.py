@@ -186,3 +186,58 @@ def test_lldb_twin(version: str, build: str) -> None:
     got, out = _lldb_pcs(version, need(LINKERS / build / "noeh" / "lk"), twin, plugin=True)
     assert got == want, out[-4000:]
     assert "unusable" not in out, out[-4000:]
+
+
+# -- the host's toolchain, at test time ---------------------------------------------
+
+
+def _linker_flags(linker: str) -> list[str]:
+    """gcc's flags to link with ``linker`` (scripts/setup.sh installs them)."""
+    if linker == "lld":
+        found = shutil.which("ld.lld") or next(
+            (str(p) for p in sorted(Path("/usr/lib").glob("llvm-*/bin/ld.lld"), reverse=True)),
+            None)
+        if found is None:
+            missing("no ld.lld (scripts/setup.sh installs lld)")
+        return ["-fuse-ld=lld", "-B", str(Path(found).parent) + "/"]
+    if shutil.which(f"ld.{linker}") is None:
+        missing(f"no ld.{linker} (scripts/setup.sh installs it)")
+    return [f"-fuse-ld={linker}"]
+
+
+@pytest.mark.parametrize("linker", ["gold", "lld", "mold"])
+def test_host_toolchain(linker: str, tmp_path: Path) -> None:
+    """The host's gas (SFrame v1 on Debian 12, v2 on 13) and each linker:
+    gdb with the plugin shows the twin's backtrace, or the linker dropped
+    .sframe and ``sframe verify`` says there is none."""
+    import subprocess
+
+    src = FIXTURES / "src" / "linkers"
+    cflags = ["-O2", "-fomit-frame-pointer", "-fno-reorder-blocks-and-partition", "-g0",
+              "-Wa,--gsframe"]
+    ld = _linker_flags(linker)
+
+    def run(*argv: str) -> None:
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stderr}"
+
+    for name in ("main", "part"):
+        run("gcc", *cflags, "-c", str(src / f"{name}.c"), "-o", f"{name}.o")
+    for name in ("liba", "libb"):
+        run("gcc", *cflags, "-fPIC", "-c", str(src / f"{name}.c"), "-o", f"{name}.o")
+    run("gcc", *ld, "-shared", "-Wl,-soname,liblk.so", "-o", "liblk.so", "liba.o", "libb.o")
+    run("gcc", *ld, "-o", "lk", "main.o", "part.o", "-L.", "-llk", "-Wl,-rpath,$ORIGIN")
+    (tmp_path / "noeh").mkdir()
+    for name in ("lk", "liblk.so"):
+        run("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", name,
+            f"noeh/{name}")
+    info = read_elf(tmp_path / "noeh" / "lk")
+    if info.data is None:
+        assert cli_main(["verify", str(tmp_path / "lk")]) == 2  # "no .sframe section"
+        return
+    assert info.open() is not None
+    twin, _ = _bt(tmp_path / "lk", plugin=False)
+    assert [n for _, n in twin] == CHAIN
+    got, status = _bt(tmp_path / "noeh" / "lk", plugin=True)
+    assert got == twin
+    assert "unusable" not in status, status
