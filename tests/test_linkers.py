@@ -21,7 +21,8 @@ from sframe_core.base.errors import FormatError
 from sframe_core.cli.commands import main as cli_main
 from sframe_core.cli.verify import report_lines, verify_file
 from sframe_core.format.elf import read_elf
-from sframe_core.format.linked import split_parts
+from sframe_core.format.linked import inspect, split_parts
+from sframe_core.format.records import SFRAME_F_FDE_SORTED
 
 LINKERS = FIXTURES / "linkers"
 BUILDS = [f"v{v}-{ld}" for v in (1, 2, 3) for ld in ("gold", "lld", "mold")]
@@ -241,3 +242,62 @@ def test_host_toolchain(linker: str, tmp_path: Path) -> None:
     got, status = _bt(tmp_path / "noeh" / "lk", plugin=True)
     assert got == twin
     assert "unusable" not in status, status
+
+
+@pytest.mark.lldb
+def test_lldb_refused_once(tmp_path: Path) -> None:
+    """LLDB 22: the same one line, once; ``sframe status`` says why."""
+    from helpers.lldbtools import command_output, run_lldb
+
+    path = _corrupt(tmp_path)
+    out = run_lldb("22", [f"target create {path}", "breakpoint set -n stop_here",
+                          "process launch", "bt", "bt", "sframe status"])
+    assert "Traceback" not in out, out
+    assert out.count("is outside the module's code") == 2, out  # the warning and the status
+    status = command_output(out, "sframe status")
+    assert "lk: not on the native route: unusable .sframe: 2 SFrame headers concatenated " \
+        "(at 0x0, 0x88): FDE 0 of the header at 0x88" in status, status
+
+
+# -- the checks, on the bytes --------------------------------------------------------
+
+
+def _section(build: str) -> tuple[bytes, int, list[tuple[int, int]]]:
+    info = read_elf(need(LINKERS / build / "noeh" / "lk"))
+    assert info.data is not None and info.sframe_address is not None
+    return bytes(info.data), info.sframe_address, info.code_ranges(0)
+
+
+def test_padding_and_trailing_bytes() -> None:
+    data, address, code = _section("v2-lld")
+    assert len(inspect(data + b"\0" * 7, address, exact=True, code=code).parts) == 2
+    with pytest.raises(FormatError, match=r"the header's counts end at 0x[0-9a-f]+, and the 3 "
+                       r"bytes that follow in the \d+-byte section are not an SFrame header"):
+        inspect(data + b"\1\2\3", address, exact=True, code=code)
+    # Through PT_GNU_SFRAME (longer than the section in ld's output) they are not its.
+    assert len(inspect(data + b"\1\2\3", address, exact=False, code=code).parts) == 2
+
+
+def test_part_refused() -> None:
+    data, address, code = _section("v2-gold")
+    second = split_parts(data)[1].offset
+    sorted_part = bytearray(data)
+    sorted_part[second + 3] |= SFRAME_F_FDE_SORTED
+    with pytest.raises(FormatError, match="the part at 0x[0-9a-f]+ is flagged sorted"):
+        inspect(bytes(sorted_part), address, exact=True, code=code)
+    other = bytearray(data)
+    other[second + 2] = 3
+    with pytest.raises(FormatError, match=r"SFrame header 2 at 0x[0-9a-f]+ is version 3 "):
+        inspect(bytes(other), address, exact=True, code=code)
+
+
+def test_section_relative_starts_without_the_flag_refused() -> None:
+    """ld's v1 section with SORTED cleared: read as a concatenating linker
+    leaves it, its starts land outside the code or on each other: refused."""
+    info = read_elf(need(FIXTURES / "x86_64" / "bu2.40-v1" / "deep.noeh"))
+    assert info.data is not None and info.sframe_address is not None
+    data = bytearray(info.data)
+    data[3] &= ~SFRAME_F_FDE_SORTED
+    with pytest.raises(FormatError, match=r"^FDEs not flagged sorted: FDE \d+ .*(outside the "
+                       r"module's code|overlaps)"):
+        inspect(bytes(data), info.sframe_address, exact=True, code=info.code_ranges(0))

@@ -74,7 +74,7 @@ def split_parts(data: bytes | memoryview, *, exact: bool = True) -> list[Part]:
         nxt = pos
         while nxt < aligned and view[nxt] == 0:
             nxt += 1
-        if nxt == length:
+        if nxt == length or (length - pos < PART_ALIGN and not any(view[pos:])):
             break  # padding at the end
         if bytes(view[nxt:nxt + 2]) != magic:
             if not exact:
