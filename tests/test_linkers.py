@@ -301,3 +301,12 @@ def test_section_relative_starts_without_the_flag_refused() -> None:
     with pytest.raises(FormatError, match=r"^FDEs not flagged sorted: FDE \d+ .*(outside the "
                        r"module's code|overlaps)"):
         inspect(bytes(data), info.sframe_address, exact=True, code=info.code_ranges(0))
+
+
+def test_dump_says_what_it_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    """``sframe dump`` of a concatenated section: the parts read as one, and it says so."""
+    assert cli_main(["dump", str(need(LINKERS / "v1-mold" / "noeh" / "lk"))]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("# 2 SFrame headers concatenated (at 0x0, 0x")
+    assert lines[1].endswith("by the linker: shown as read, one sorted section")
+    assert sum(line.startswith("    func idx [") for line in lines) == 6

@@ -108,18 +108,21 @@ class ElfSFrame(NamedTuple):
         base = self.sframe_address if address is None else address
         kept: dict[int, bytes] = {}  # a whole reader's segments, shared with ``regions``
         data: bytes | memoryview = self.data
+        note: str | None = None
         try:
             if not self.relocated and self.elf_type in ("ET_EXEC", "ET_DYN"):
                 from .linked import inspect
 
-                data = inspect(data, base, exact=not self.from_segment,
-                               code=self.code_ranges(base - self.sframe_address)).data
+                linked = inspect(data, base, exact=not self.from_segment,
+                                 code=self.code_ranges(base - self.sframe_address))
+                data, note = linked.data, linked.note
             section = SFrameSection(data, base, pcrel=True if self.relocated else None,
                                     name=self.path,
                                     code=self.code_reader(base - self.sframe_address, whole=whole,
                                                           kept=kept))
         except FormatError as exc:
             raise FormatError(f"{self.path}: .sframe: {exc}") from None
+        section.merged = note
         if whole and section.code is not None:
             bias = base - self.sframe_address
             section.regions = lambda: self._regions(bias, kept)

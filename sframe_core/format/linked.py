@@ -232,6 +232,16 @@ class Linked(NamedTuple):
     data: bytes | memoryview
     merged: bool
 
+    @property
+    def note(self) -> str | None:
+        """What a dump of the bytes read says of them, when they are not the file's."""
+        if not self.merged:
+            return None
+        if len(self.parts) > 1:
+            return f"{describe_parts(self.parts)} by the linker: shown as read, one sorted section"
+        return ("SFRAME_F_FDE_SORTED not set by the linker: shown as read, sorted, "
+                "start addresses made section-relative")
+
 
 def inspect(data: bytes | memoryview, address: int, *, exact: bool,
             code: Sequence[tuple[int, int]] | None) -> Linked:

@@ -129,9 +129,10 @@ class Module:
                     loaded = self._sframe_loader()
                     if loaded is not None:
                         from ..format.linked import inspect
-                        data = inspect(loaded[0], loaded[1], exact=True,
-                                       code=self._code_ranges()).data
-                        self._sframe = SFrameSection(data, loaded[1], name=self.name)
+                        linked = inspect(loaded[0], loaded[1], exact=True,
+                                         code=self._code_ranges())
+                        self._sframe = SFrameSection(linked.data, loaded[1], name=self.name)
+                        self._sframe.merged = linked.note
                 except SFrameError as exc:
                     self._fail(exc)
                 return self._sframe
