@@ -311,8 +311,26 @@ def needs_provider(target: lldb.SBTarget) -> bool:
 
 
 def status_lines(target: lldb.SBTarget) -> list[str]:
+    gaps = _unwind_gaps(target)
     if not enabled():
-        return [f"native route: off ({ENV}=provider)"]
+        return [f"native route: off ({ENV}=provider)", *gaps]
+    return _route_lines(target) + gaps
+
+
+def _unwind_gaps(target: lldb.SBTarget) -> list[str]:
+    """One line per module whose file holds no unwind information at all."""
+    from sframe_core.format.elf import unwind_gap
+
+    lines = []
+    for module in target.module_iter():
+        spec = module.GetFileSpec()
+        path = spec.fullpath
+        if path and os.path.isfile(path) and (gap := unwind_gap(path)) is not None:
+            lines.append(f"{spec.GetFilename() or path}: {gap}")
+    return lines
+
+
+def _route_lines(target: lldb.SBTarget) -> list[str]:
     found = _routes.get(target_key(target), {})
     if not found:
         return ["native route: no loaded module needs it (none has .sframe without .eh_frame)"]

@@ -310,3 +310,37 @@ def test_dump_says_what_it_shows(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[1].startswith("# 2 SFrame headers concatenated (at 0x0, 0x")
     assert lines[1].endswith("by the linker: shown as read, one sorted section")
     assert sum(line.startswith("    func idx [") for line in lines) == 6
+
+
+# -- a module without any unwind information ------------------------------------------
+
+
+def test_no_unwind_information(tmp_path: Path) -> None:
+    """A library built without unwind tables or start files: gdb's ``info
+    sframe`` and LLDB's ``sframe status`` say its frames are guesses."""
+    import subprocess
+
+    src = FIXTURES / "src" / "linkers"
+    for argv in (["gcc", "-O2", "-fPIC", "-shared", "-nostartfiles", "-fno-asynchronous-unwind-tables",
+                  "-fno-unwind-tables", "-Wl,-soname,liblk.so", "-o", "liblk.so",
+                  str(src / "liba.c"), str(src / "libb.c")],
+                 ["gcc", "-O2", "-Wa,--gsframe", "-o", "lk", str(src / "main.c"), str(src / "part.c"),
+                  "-L.", "-llk", "-Wl,-rpath,$ORIGIN"]):
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+    library = tmp_path / "liblk.so"
+    line = (": no unwind information (no .eh_frame, .debug_frame or .sframe in the file): "
+            "frames in its code are the debugger's guesses")
+    with Gdb(_gdb(), args=[str(tmp_path / "lk")]) as g:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        info = g.cmd("info sframe")
+    assert f"{library}{line}" in info, info
+    assert str(tmp_path / "lk") + line not in info, info
+    from helpers.lldbtools import command_output, run_lldb
+
+    out = run_lldb("22", [f"target create {tmp_path / 'lk'}", "breakpoint set -n stop_here",
+                          "process launch", "sframe status"])
+    status = command_output(out, "sframe status")
+    assert f"liblk.so{line}" in status, status
+    assert f"lk{line}" not in status.replace(f"liblk.so{line}", ""), status
