@@ -344,3 +344,40 @@ def test_no_unwind_information(tmp_path: Path) -> None:
     status = command_output(out, "sframe status")
     assert f"liblk.so{line}" in status, status
     assert f"lk{line}" not in status.replace(f"liblk.so{line}", ""), status
+
+
+# -- sframe backtrace -----------------------------------------------------------------
+
+
+def _core(program: Path, tmp: Path) -> Path:
+    core = tmp / "core"
+    with Gdb(_gdb(), plugin=False, args=[str(program)]) as g:
+        g.cmd("break stop_here")
+        g.cmd("run")
+        g.cmd(f"gcore {core}")
+    assert core.exists()
+    return core
+
+
+def test_backtrace_core(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sframe backtrace --source sframe`` on a core of a gold program: every
+    frame from the concatenated sections, to main."""
+    program = need(LINKERS / "v2-gold" / "noeh" / "lk")
+    core = _core(program, tmp_path)
+    assert cli_main(["backtrace", "--core", str(core), "--exe", str(program),
+                     "--source", "sframe"]) == 0
+    out = capsys.readouterr().out
+    names = [n for n in CHAIN if f" {n} " in out or f" {n}+" in out or f"in {n}" in out]
+    assert names == CHAIN, out
+
+
+def test_backtrace_core_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The broken concatenation: one line, and no frame from it."""
+    program = _corrupt(tmp_path)
+    core = _core(program, tmp_path)
+    cli_main(["backtrace", "--core", str(core), "--exe", str(program), "--source", "sframe"])
+    captured = capsys.readouterr()
+    assert captured.err.count("is outside the module's code") == 1, captured.err  # the warning
+    assert "Backtrace stopped: no unwind information covers this PC" in captured.out
+    assert "2 SFrame headers concatenated (at 0x0, 0x88)" in captured.out, captured.out
+    assert " cb" not in captured.out and " m1" not in captured.out, captured.out
