@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 from helpers import FIXTURES, missing, need
 from helpers.gdbtools import GDBS, Gdb, gdb_version, parse_bt
+from helpers.manifest import FDEDef, FREDef, build_section
 
 from sframe_core.base.errors import FormatError
 from sframe_core.cli.commands import main as cli_main
 from sframe_core.cli.verify import report_lines, verify_file
 from sframe_core.format.elf import read_elf
-from sframe_core.format.linked import inspect, split_parts
+from sframe_core.format.linked import read_linked, split_parts
 from sframe_core.format.records import SFRAME_F_FDE_SORTED
 
 LINKERS = FIXTURES / "linkers"
@@ -270,12 +271,12 @@ def _section(build: str) -> tuple[bytes, int, list[tuple[int, int]]]:
 
 def test_padding_and_trailing_bytes() -> None:
     data, address, code = _section("v2-lld")
-    assert len(inspect(data + b"\0" * 7, address, exact=True, code=code).parts) == 2
+    assert len(read_linked(data + b"\0" * 7, address, exact=True, code=code).parts) == 2
     with pytest.raises(FormatError, match=r"the header's counts end at 0x[0-9a-f]+, and the 3 "
                        r"bytes that follow in the \d+-byte section are not an SFrame header"):
-        inspect(data + b"\1\2\3", address, exact=True, code=code)
+        read_linked(data + b"\1\2\3", address, exact=True, code=code)
     # Through PT_GNU_SFRAME (longer than the section in ld's output) they are not its.
-    assert len(inspect(data + b"\1\2\3", address, exact=False, code=code).parts) == 2
+    assert len(read_linked(data + b"\1\2\3", address, exact=False, code=code).parts) == 2
 
 
 def test_part_refused() -> None:
@@ -284,11 +285,11 @@ def test_part_refused() -> None:
     sorted_part = bytearray(data)
     sorted_part[second + 3] |= SFRAME_F_FDE_SORTED
     with pytest.raises(FormatError, match="the part at 0x[0-9a-f]+ is flagged sorted"):
-        inspect(bytes(sorted_part), address, exact=True, code=code)
+        read_linked(bytes(sorted_part), address, exact=True, code=code)
     other = bytearray(data)
     other[second + 2] = 3
     with pytest.raises(FormatError, match=r"SFrame header 2 at 0x[0-9a-f]+ is version 3 "):
-        inspect(bytes(other), address, exact=True, code=code)
+        read_linked(bytes(other), address, exact=True, code=code)
 
 
 def test_section_relative_starts_without_the_flag_refused() -> None:
@@ -300,7 +301,7 @@ def test_section_relative_starts_without_the_flag_refused() -> None:
     data[3] &= ~SFRAME_F_FDE_SORTED
     with pytest.raises(FormatError, match=r"^FDEs not flagged sorted: FDE \d+ .*(outside the "
                        r"module's code|overlaps)"):
-        inspect(bytes(data), info.sframe_address, exact=True, code=info.code_ranges(0))
+        read_linked(bytes(data), info.sframe_address, exact=True, code=info.code_ranges(0))
 
 
 def test_dump_says_what_it_shows(capsys: pytest.CaptureFixture[str]) -> None:
@@ -381,3 +382,10 @@ def test_backtrace_core_refused(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "Backtrace stopped: no unwind information covers this PC" in captured.out
     assert "2 SFrame headers concatenated (at 0x0, 0x88)" in captured.out, captured.out
     assert " cb" not in captured.out and " m1" not in captured.out, captured.out
+
+
+def test_one_sorted_fde() -> None:
+    """ld's section of one function: checked against the code, not against itself."""
+    section = build_section(3, 3, [FDEDef(0x1040, 0x20, [FREDef(0, (8, -8))])], address=0x3000)
+    found = read_linked(section, 0x3000, exact=True, code=[(0x1000, 0x2000)])
+    assert not found.merged and found.parts[0].header.num_fdes == 1

@@ -112,9 +112,9 @@ class ElfSFrame(NamedTuple):
         note: str | None = None
         try:
             if not self.relocated and self.elf_type in ("ET_EXEC", "ET_DYN"):
-                from .linked import inspect
+                from .linked import read_linked
 
-                linked = inspect(data, base, exact=not self.from_segment,
+                linked = read_linked(data, base, exact=not self.from_segment,
                                  code=self.code_ranges(base - self.sframe_address))
                 data, note = linked.data, linked.note
             section = SFrameSection(data, base, pcrel=True if self.relocated else None,

@@ -12,7 +12,7 @@ in every version, and no part is sorted by the linker. A reader that trusts
 the first header reads one input's FDEs with wrong addresses (v1/v2) and
 never sees the others.
 
-``open_linked`` finds every header, reads each part's starts as its producer
+``read_linked`` finds every header, reads each part's starts as its producer
 wrote them, checks the result against the module's code (inside it, no two
 functions overlapping) and, where all holds, builds one sorted section with
 section-relative starts from the parts (the FDE index entries re-packed and
@@ -30,7 +30,8 @@ from typing import NamedTuple
 from ..base.errors import FormatError
 from .records import HEADER_SIZE, SFRAME_F_FDE_FUNC_START_PCREL, SFRAME_F_FDE_SORTED, Header, parse_header
 
-__all__ = ["Part", "split_parts", "merge_parts", "check_extents", "Extent"]
+__all__ = ["Part", "Linked", "Extent", "split_parts", "part_extents", "check_extents", "merge_parts",
+           "describe_parts", "read_linked"]
 
 # The alignment gas gives ``.sframe`` (8 on every 64-bit target): a linker
 # that concatenates pads each part with zeros up to it.
@@ -225,7 +226,7 @@ def merge_parts(data: bytes | memoryview, parts: Sequence[Part], ordered: Sequen
 
 
 class Linked(NamedTuple):
-    """What ``inspect`` found: the parts, and the bytes to read (``data``
+    """What ``read_linked`` found: the parts, and the bytes to read (``data``
     itself, or the parts merged)."""
 
     parts: list[Part]
@@ -243,8 +244,8 @@ class Linked(NamedTuple):
                 "start addresses made section-relative")
 
 
-def inspect(data: bytes | memoryview, address: int, *, exact: bool,
-            code: Sequence[tuple[int, int]] | None) -> Linked:
+def read_linked(data: bytes | memoryview, address: int, *, exact: bool,
+                code: Sequence[tuple[int, int]] | None) -> Linked:
     """Check a linked module's ``.sframe`` (at ``address``, the module's
     ``code`` ranges in the same address space) and give what to read.
 
@@ -260,7 +261,7 @@ def inspect(data: bytes | memoryview, address: int, *, exact: bool,
     head = parts[0].header
     if len(parts) == 1 and head.sorted:
         if code and head.num_fdes:
-            ends = [_extent(data, parts, 0, i, address) for i in (0, head.num_fdes - 1)]
+            ends = [_extent(data, parts, 0, i, address) for i in {0, head.num_fdes - 1}]
             check_extents(parts, ends, code)
         return Linked(parts, data, False)
     try:
