@@ -92,6 +92,37 @@ fetch binutils-2.40 bookworm aarch64
 fetch binutils-2.44 trixie aarch64
 fetch binutils-sid sid aarch64 s390x
 
+# ---------------------------------------------------------------- mold (sid)
+# mold 3.0, the first that merges SFrame v3 sections (tests/fixtures/build_linkers.sh):
+# $TC/mold-sid/bin/ld.mold runs it through sid's own loader.
+fetch_mold() {
+  local d="$TC/mold-sid" a="$TC/mold-sid/apt"
+  if [ -f "$d/.done" ]; then step "mold-sid: already there"; return 0; fi
+  step "mold-sid: download (sid) mold"
+  rm -rf "$d"; mkdir -p "$a/lists/partial" "$a/cache/archives/partial" "$d/root" "$d/bin"
+  echo "deb $MIRROR sid main" > "$a/sources.list"
+  local O=(-o "Dir::Etc::SourceList=$a/sources.list" -o Dir::Etc::SourceParts=/dev/null
+           -o "Dir::State::Lists=$a/lists" -o "Dir::Cache=$a/cache"
+           -o Dir::State::status=/dev/null -o Dir::Etc::Preferences=/dev/null
+           -o Dir::Etc::PreferencesParts=/dev/null -o Acquire::Check-Valid-Until=false
+           -o APT::Architecture=amd64 -o APT::Architectures::=amd64 -o APT::Get::AllowUnauthenticated=false)
+  apt-get "${O[@]}" update -qq >/dev/null
+  apt-get "${O[@]}" install --download-only -y -qq --no-install-recommends mold >/dev/null
+  local deb; for deb in "$a"/cache/archives/*.deb; do dpkg-deb -x "$deb" "$d/root"; done
+  rm -rf "$a/cache"
+  local ldso; ldso="$(find "$d/root" -name 'ld-linux-x86-64.so.2' \( -type f -o -type l \) | sort | head -1)"
+  [ -n "$ldso" ] || { echo "mold-sid: no loader found" >&2; return 1; }
+  cat > "$d/bin/ld.mold" <<W
+#!/bin/sh
+# mold (sid) through sid's own loader
+exec "$ldso" --library-path "$d/root/usr/lib/x86_64-linux-gnu:$d/root/lib/x86_64-linux-gnu" "$d/root/usr/bin/mold" "\$@"
+W
+  chmod +x "$d/bin/ld.mold"
+  echo mold > "$d/.done"
+  step "mold-sid: $("$d/bin/ld.mold" --version)"
+}
+fetch_mold
+
 # ---------------------------------------------------------------- verify
 step "verify: gcc -B <bin>/ -Wa,--gsframe"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
