@@ -86,6 +86,8 @@ def split_parts(data: bytes | memoryview, *, exact: bool = True) -> list[Part]:
         try:
             header = parse_header(view[nxt:])
         except FormatError as exc:
+            if not exact:
+                break  # bytes past the section that happen to look like a magic
             raise FormatError(f"SFrame header {len(parts) + 1} (of several concatenated) at "
                               f"{nxt:#x}: {exc}") from None
         if (header.version, header.abi_arch) != (first.version, first.abi_arch):
