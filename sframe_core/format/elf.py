@@ -115,7 +115,7 @@ class ElfSFrame(NamedTuple):
                 from .linked import read_linked
 
                 linked = read_linked(data, base, exact=not self.from_segment,
-                                 code=self.code_ranges(base - self.sframe_address))
+                                     code=self.code_ranges(base - self.sframe_address))
                 data, note = linked.data, linked.note
             section = SFrameSection(data, base, pcrel=True if self.relocated else None,
                                     name=self.path,

@@ -130,7 +130,7 @@ class Module:
                     if loaded is not None:
                         from ..format.linked import read_linked
                         linked = read_linked(loaded[0], loaded[1], exact=True,
-                                         code=self._code_ranges())
+                                              code=self._code_ranges())
                         self._sframe = SFrameSection(linked.data, loaded[1], name=self.name)
                         self._sframe.merged = linked.note
                 except SFrameError as exc:
