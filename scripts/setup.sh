@@ -34,15 +34,6 @@ if [ -z "${SETUP_SKIP_APT:-}" ]; then
   for p in qemu-user qemu-user-binfmt; do
     if apt_has "$p"; then pkgs+=("$p"); break; fi
   done
-  # the aarch64 and s390x libcs (real .eh_frame_hdr tables of other ABIs, one
-  # big-endian: tests/test_cfi_hdr.py); arch-all packages in Debian 12 and 13
-  for p in libc6-arm64-cross libc6-s390x-cross; do
-    if apt_has "$p"; then pkgs+=("$p"); fi
-  done
-  # libsframe: libsframe0 (12), libsframe1 (13), libsframe2/3 later
-  for p in libsframe3 libsframe2 libsframe1 libsframe0; do
-    if apt_has "$p"; then pkgs+=("$p"); break; fi
-  done
   # the linkers besides ld (tests/test_linkers.py links the host gas's objects
   # with each at test time): gold (Debian 12: in binutils, which provides
   # binutils-gold; 13: its own package), lld (12: lld-19; 13: lld-19 or lld),
@@ -52,6 +43,15 @@ if [ -z "${SETUP_SKIP_APT:-}" ]; then
     if apt_has "$p"; then pkgs+=("$p"); break; fi
   done
   if apt_has mold; then pkgs+=(mold); fi
+  # the aarch64 and s390x libcs (real .eh_frame_hdr tables of other ABIs, one
+  # big-endian: tests/test_cfi_hdr.py); arch-all packages in Debian 12 and 13
+  for p in libc6-arm64-cross libc6-s390x-cross; do
+    if apt_has "$p"; then pkgs+=("$p"); fi
+  done
+  # libsframe: libsframe0 (12), libsframe1 (13), libsframe2/3 later
+  for p in libsframe3 libsframe2 libsframe1 libsframe0; do
+    if apt_has "$p"; then pkgs+=("$p"); break; fi
+  done
   # optional: newest apt lldb with python bindings (Debian 13 has lldb-22)
   if [ -n "${SETUP_APT_LLDB:-}" ]; then
     for v in 23 22 21 20 19; do
