@@ -399,3 +399,15 @@ def test_verify_mold3() -> None:
     for name in ("lk", "liblk.so"):
         report = verify_file(str(need(LINKERS / "v3-mold3" / name)))
         assert report.status == 0 and not report.findings, report_lines(report)
+
+
+def test_dump_raw_parts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sframe dump --raw`` of a concatenated section's bytes: every part."""
+    info = read_elf(need(LINKERS / "v3-gold" / "noeh" / "lk"))
+    assert info.data is not None and info.sframe_address is not None
+    blob = tmp_path / "sframe.bin"
+    blob.write_bytes(info.data)
+    assert cli_main(["dump", "--raw", str(blob), "--address", hex(info.sframe_address)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("# 2 SFrame headers concatenated")
+    assert sum(line.startswith("    func idx [") for line in lines) == 6

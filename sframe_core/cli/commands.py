@@ -97,7 +97,7 @@ def open_input(args: argparse.Namespace) -> Input:
         label = args.raw
         data = read_regular(args.raw, MAX_SECTION_SIZE, "SFrame section")
         try:
-            section = SFrameSection(data, args.address or 0, name=label)
+            section = _raw_section(data, args.address or 0, label)
         except SFrameError as exc:
             raise type(exc)(f"{label}: {exc}") from None
         return Input(label, section, False)
@@ -106,6 +106,20 @@ def open_input(args: argparse.Namespace) -> Input:
     if opened is None:
         raise FileError(f"{info.path}: no .sframe section")
     return Input(info.path, opened, info.is_relocatable)
+
+
+def _raw_section(data: bytes, address: int, label: str) -> SFrameSection:
+    """A blob's section; one of several SFrame headers one after the other
+    (a gold, lld or mold output's bytes) is read part by part, as a linked
+    module's is (no code to check the starts against: only their overlaps)."""
+    from ..format.linked import read_linked, split_parts
+
+    if len(split_parts(data)) == 1:
+        return SFrameSection(data, address, name=label)
+    linked = read_linked(data, address, exact=True, code=None)
+    section = SFrameSection(linked.data, address, name=label)
+    section.merged = linked.note
+    return section
 
 
 def _with_label(label: str, exc: BaseException) -> str:
