@@ -124,6 +124,19 @@ of the shell command `sframe lookup'."""
                 gdb.write(line + "\n")
 
 
+def _unwind_gaps(progspace: gdb.Progspace) -> list[str]:
+    """One line per objfile whose file holds no unwind information at all
+    (the plugin's symbol files, separate debug files, are not asked)."""
+    from sframe_core.format.elf import unwind_gap
+
+    lines = []
+    for objfile in progspace.objfiles():
+        path = objfile.filename
+        if path and objfile.owner is None and (gap := unwind_gap(path)) is not None:
+            lines.append(f"{path}: {gap}")
+    return lines
+
+
 class InfoSFrame(gdb.Command):
     """List objfiles with SFrame sections, or show the row at an address.
 
@@ -153,6 +166,8 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
         setting = routes.setting if routes is not None else "off"
         gdb.write(f"sframe unwinder (sframe-gdb {__version__}): mode {plugin.mode}, "
                   f"{'enabled' if plugin.enabled else 'disabled'}; symbol files {setting}\n")
+        for line in _unwind_gaps(progspace):
+            gdb.write(line + "\n")
         if not entries:
             gdb.write("No objfile has a .sframe section.\n")
             return
@@ -161,7 +176,9 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
         for entry in entries:
             section = entry.sframe(self.plugin)
             if section is None:
-                gdb.write(f"{entry.path}: .sframe unusable\n")
+                error = entry.module.error if entry.module is not None else None
+                reason = str(error).removeprefix(f"{entry.path}: .sframe: ") if error else ""
+                gdb.write(f"{entry.path}: .sframe unusable{': ' + reason if reason else ''}\n")
                 continue
             lo = min((lo for lo, _ in entry.code), default=0)
             hi = max((hi for _, hi in entry.code), default=0)

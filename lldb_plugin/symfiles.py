@@ -358,8 +358,26 @@ def _no_cfi_plan(debugger: lldb.SBDebugger, target: lldb.SBTarget, path: str) ->
 
 
 def status_lines(target: lldb.SBTarget, debugger: lldb.SBDebugger | None = None) -> list[str]:
+    gaps = _unwind_gaps(target)
     if not enabled():
-        return [f"native route: off ({ENV}=provider)"]
+        return [f"native route: off ({ENV}=provider)", *gaps]
+    return _route_lines(target, debugger) + gaps
+
+
+def _unwind_gaps(target: lldb.SBTarget) -> list[str]:
+    """One line per module whose file holds no unwind information at all."""
+    from sframe_core.format.elf import unwind_gap
+
+    lines = []
+    for module in target.module_iter():
+        spec = module.GetFileSpec()
+        path = spec.fullpath
+        if path and os.path.isfile(path) and (gap := unwind_gap(path)) is not None:
+            lines.append(f"{spec.GetFilename() or path}: {gap}")
+    return lines
+
+
+def _route_lines(target: lldb.SBTarget, debugger: lldb.SBDebugger | None) -> list[str]:
     found = _routes.get(target_key(target), {})
     if not found:
         return ["native route: no loaded module needs it (none has .sframe without .eh_frame)"]

@@ -34,6 +34,15 @@ if [ -z "${SETUP_SKIP_APT:-}" ]; then
   for p in qemu-user qemu-user-binfmt; do
     if apt_has "$p"; then pkgs+=("$p"); break; fi
   done
+  # the linkers besides ld (tests/test_linkers.py links the host gas's objects
+  # with each at test time): gold (Debian 12: in binutils, which provides
+  # binutils-gold; 13: its own package), lld (12: lld-19; 13: lld-19 or lld),
+  # mold (1.10 in 12, 2.x in 13)
+  if apt_has binutils-gold; then pkgs+=(binutils-gold); fi
+  for p in lld-19 lld; do
+    if apt_has "$p"; then pkgs+=("$p"); break; fi
+  done
+  if apt_has mold; then pkgs+=(mold); fi
   # the aarch64 and s390x libcs (real .eh_frame_hdr tables of other ABIs, one
   # big-endian: tests/test_cfi_hdr.py); arch-all packages in Debian 12 and 13
   for p in libc6-arm64-cross libc6-s390x-cross; do

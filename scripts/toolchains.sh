@@ -41,16 +41,12 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 # ---------------------------------------------------------------- per suite
-# fetch NAME SUITE CROSS...   (CROSS: aarch64 s390x)
-fetch() {
-  local name="$1" suite="$2"; shift 2
-  local d="$TC/$name" a="$TC/$name/apt"
-  local pkgs=(binutils-x86-64-linux-gnu)
-  local c; for c in "$@"; do pkgs+=("binutils-${c}-linux-gnu"); done
-  if [ -f "$d/.done" ] && [ "$(cat "$d/.done")" = "${pkgs[*]}" ]; then
-    step "$name: already there"; return 0
-  fi
-  step "$name: download ($suite) ${pkgs[*]}"
+# download DIR SUITE PKG...: the packages and their dependency closure from
+# SUITE, through a private apt configuration, unpacked into DIR/root; LDSO is
+# then the suite's own dynamic loader, which runs its programs.
+download() {
+  local d="$1" suite="$2"; shift 2
+  local a="$d/apt"
   rm -rf "$d"; mkdir -p "$a/lists/partial" "$a/cache/archives/partial" "$d/root"
   echo "deb $MIRROR $suite main" > "$a/sources.list"
   local O=(-o "Dir::Etc::SourceList=$a/sources.list" -o Dir::Etc::SourceParts=/dev/null
@@ -61,11 +57,25 @@ fetch() {
   apt-get "${O[@]}" update -qq >/dev/null
   # --download-only with an empty dpkg status pulls the whole dependency closure
   # (libc6, libbinutils, libsframeN, libctf*, zlib, zstd, jansson, ...).
-  apt-get "${O[@]}" install --download-only -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  apt-get "${O[@]}" install --download-only -y -qq --no-install-recommends "$@" >/dev/null
   local deb; for deb in "$a"/cache/archives/*.deb; do dpkg-deb -x "$deb" "$d/root"; done
   rm -rf "$a/cache"  # keep only the lists (small) to save space
-  local ldso; ldso="$(find "$d/root" -name 'ld-linux-x86-64.so.2' \( -type f -o -type l \) | sort | head -1)"
-  [ -n "$ldso" ] || { echo "$name: no loader found" >&2; return 1; }
+  LDSO="$(find "$d/root" -name 'ld-linux-x86-64.so.2' \( -type f -o -type l \) | sort | head -1)"
+  [ -n "$LDSO" ] || { echo "$d: no loader found" >&2; return 1; }
+}
+
+# fetch NAME SUITE CROSS...   (CROSS: aarch64 s390x)
+fetch() {
+  local name="$1" suite="$2"; shift 2
+  local d="$TC/$name"
+  local pkgs=(binutils-x86-64-linux-gnu)
+  local c; for c in "$@"; do pkgs+=("binutils-${c}-linux-gnu"); done
+  if [ -f "$d/.done" ] && [ "$(cat "$d/.done")" = "${pkgs[*]}" ]; then
+    step "$name: already there"; return 0
+  fi
+  step "$name: download ($suite) ${pkgs[*]}"
+  download "$d" "$suite" "${pkgs[@]}"
+  local ldso="$LDSO"
   local lp="$d/root/usr/lib/x86_64-linux-gnu:$d/root/lib/x86_64-linux-gnu"
   mkwrappers() {  # bindir triplet
     local bd="$1" tr="$2" t
@@ -91,6 +101,27 @@ W
 fetch binutils-2.40 bookworm aarch64
 fetch binutils-2.44 trixie aarch64
 fetch binutils-sid sid aarch64 s390x
+
+# ---------------------------------------------------------------- mold (sid)
+# mold 3.0, the first that merges SFrame v3 sections (tests/fixtures/build_linkers.sh):
+# $TC/mold-sid/bin/ld.mold runs it through sid's own loader.
+fetch_mold() {
+  local d="$TC/mold-sid"
+  if [ -f "$d/.done" ]; then step "mold-sid: already there"; return 0; fi
+  step "mold-sid: download (sid) mold"
+  download "$d" sid mold
+  local ldso="$LDSO"
+  mkdir -p "$d/bin"
+  cat > "$d/bin/ld.mold" <<W
+#!/bin/sh
+# mold (sid) through sid's own loader
+exec "$ldso" --library-path "$d/root/usr/lib/x86_64-linux-gnu:$d/root/lib/x86_64-linux-gnu" "$d/root/usr/bin/mold" "\$@"
+W
+  chmod +x "$d/bin/ld.mold"
+  echo mold > "$d/.done"
+  step "mold-sid: $("$d/bin/ld.mold" --version)"
+}
+fetch_mold
 
 # ---------------------------------------------------------------- verify
 step "verify: gcc -B <bin>/ -Wa,--gsframe"

@@ -21,6 +21,8 @@ import enum
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from ..base.abi import CALLEE_SAVED
+
 __all__ = ["Flow", "Base", "Store", "Load", "SPOp", "UNKNOWN_OP", "Effect", "capstone_available",
            "CALLEE_SAVED", "TABLE_MAX"]
 
@@ -91,12 +93,6 @@ class Effect(NamedTuple):
     moves: tuple[tuple[int, int], ...] = ()
 
 
-# Callee-saved registers other than the FP, by DWARF number.
-CALLEE_SAVED: dict[str, tuple[int, ...]] = {
-    "amd64": (3, 12, 13, 14, 15),  # rbx, r12-r15 (rbp is SFrame's FP)
-    "aarch64": tuple(range(19, 29)) + tuple(range(72, 80)),  # x19-x28, d8-d15 (v8-v15)
-    "s390x": tuple(range(6, 11)) + (12, 13) + tuple(range(24, 32)),  # r6-r13 but r11, f8-f15
-}
 
 
 def capstone_available() -> bool:

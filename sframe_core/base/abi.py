@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 __all__ = ["Arch", "AMD64", "AARCH64_LE", "AARCH64_BE", "S390X", "arch_for_abi", "arch_for_machine",
            "ELF_MACHINE_NAMES",
-           "ARCHES"]
+           "ARCHES", "CALLEE_SAVED"]
 
 
 class Arch(NamedTuple):
@@ -123,3 +123,13 @@ def arch_for_machine(machine: str, big_endian: bool) -> Arch | None:
         if machine in arch.elf_machines and arch.big_endian == big_endian:
             return arch
     return None
+
+
+# Callee-saved registers other than the FP, by DWARF number: what the
+# saved-register analysis tracks (analysis/) and what a row's text names
+# (format/describe.py).
+CALLEE_SAVED: dict[str, tuple[int, ...]] = {
+    "amd64": (3, 12, 13, 14, 15),  # rbx, r12-r15 (rbp is SFrame's FP)
+    "aarch64": tuple(range(19, 29)) + tuple(range(72, 80)),  # x19-x28, d8-d15 (v8-v15)
+    "s390x": tuple(range(6, 11)) + (12, 13) + tuple(range(24, 32)),  # r6-r13 but r11, f8-f15
+}

@@ -97,7 +97,7 @@ def open_input(args: argparse.Namespace) -> Input:
         label = args.raw
         data = read_regular(args.raw, MAX_SECTION_SIZE, "SFrame section")
         try:
-            section = SFrameSection(data, args.address or 0, name=label)
+            section = _raw_section(data, args.address or 0, label)
         except SFrameError as exc:
             raise type(exc)(f"{label}: {exc}") from None
         return Input(label, section, False)
@@ -106,6 +106,20 @@ def open_input(args: argparse.Namespace) -> Input:
     if opened is None:
         raise FileError(f"{info.path}: no .sframe section")
     return Input(info.path, opened, info.is_relocatable)
+
+
+def _raw_section(data: bytes, address: int, label: str) -> SFrameSection:
+    """A blob's section; one of several SFrame headers one after the other
+    (a gold, lld or mold output's bytes) is read part by part, as a linked
+    module's is (no code to check the starts against: only their overlaps)."""
+    from ..format.linked import read_linked, split_parts
+
+    if len(split_parts(data)) == 1:
+        return SFrameSection(data, address, name=label)
+    linked = read_linked(data, address, exact=True, code=None)
+    section = SFrameSection(linked.data, address, name=label)
+    section.merged = linked.note
+    return section
 
 
 def _with_label(label: str, exc: BaseException) -> str:
@@ -282,11 +296,14 @@ def run_verify(args: argparse.Namespace) -> int:
         elif isinstance(result, Unreadable):
             errors.append(result.text)
     failed = sum(1 for r in reports if r.failed)
+    # A gate over a tree must not pass on nothing: e.g. a linker dropped
+    # every output's .sframe (gold and lld with --gc-sections).
+    nothing = args.recursive and not reports and not errors
+    status = 2 if errors or nothing else 1 if failed else 0
     out = sys.stdout
     if args.json:
         json.dump({"files": [report_json(r) for r in reports], "errors": errors,
-                   "skipped": skipped,
-                   "status": 2 if errors else 1 if failed else 0}, out, indent=1)
+                   "skipped": skipped, "status": status}, out, indent=1)
         out.write("\n")
     else:
         for report in reports:
@@ -300,7 +317,10 @@ def run_verify(args: argparse.Namespace) -> int:
     out.flush()
     for error in errors:
         _error(sys.stderr, error)
-    return 2 if errors else 1 if failed else 0
+    if nothing:
+        _error(sys.stderr, f"no file verified ({skipped} skipped: no .sframe, or no CFI to "
+                           "compare)")
+    return status
 
 
 # -- backtrace (sframe_core/targets/backtrace.py) ------------------------------------

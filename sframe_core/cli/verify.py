@@ -28,6 +28,7 @@ from ..dwarf.cfi import CFITable
 from ..format.describe import describe_cfa, describe_rule
 from ..format.elf import PT_GNU_SFRAME, ElfSFrame, read_elf
 from ..format.errata import correct_cfa
+from ..format.linked import Part, describe_parts, split_parts
 from ..format.records import FDE, FRE_TYPE_ADDR4
 from ..format.rules import fre_rules
 from ..format.section import SFrameSection
@@ -502,8 +503,11 @@ def verify_file(path: str, *, against: str | None = None, kernel: bool = False) 
         raise NothingToCompare(f"{cfi_path}: no CFI FDE to verify against (without section "
                                "headers .eh_frame cannot be read: give --against FILE)")
     functions, findings = _compare_all(info, section, table, cfi_funcs, layout, name, obj)
-    if layout.sframe_section is not None and not info.is_relocatable:
-        findings += _segment_findings(layout)
+    if not info.is_relocatable:
+        findings = _linker_findings(info) + findings
+        if layout.sframe_section is not None:
+            findings += _segment_findings(layout)
+        functions = _lost_plt(info, section, functions, layout)
     return Report(path, section.version, section.arch.name, tuple(functions), tuple(findings),
                   tuple(kernel_findings(info, section, layout, name)) if kernel else None,
                   obj.spans if obj is not None else ())
@@ -707,6 +711,54 @@ def _uncovered(info: ElfSFrame, section: SFrameSection, ordered: list[FDE],
     return out
 
 
+def _parts(info: ElfSFrame) -> list[Part]:
+    """The SFrame headers of the section as the linker wrote it (``info.open``
+    reads them as one)."""
+    assert info.data is not None
+    return split_parts(info.data, exact=not info.from_segment)
+
+
+def _linker_findings(info: ElfSFrame) -> list[Finding]:
+    """What a linker that does not merge ``.sframe`` leaves (a linked file):
+    several headers one after the other, and no SFRAME_F_FDE_SORTED."""
+    parts = _parts(info)
+    first = parts[0].header
+    out = []
+    if len(parts) > 1:
+        total = sum(p.header.num_fdes for p in parts)
+        tail = len(info.data or b"") - first.size
+        out.append(Finding("concatenated", info.sframe_address, ".sframe",
+                           f"{describe_parts(parts)}: the linker did not merge the inputs' "
+                           f".sframe sections (gold, lld and mold 1.10 do not); {tail:#x} bytes "
+                           f"follow the first header's FRE sub-section, and a reader that stops "
+                           f"at the first header (libsframe, readelf, the kernel) sees "
+                           f"{first.num_fdes} of the {total} FDEs"))
+    if not first.sorted:
+        out.append(Finding("sorted-flag", info.sframe_address, ".sframe",
+                           "SFRAME_F_FDE_SORTED is not set: libsframe (sframe_find_fre) and the "
+                           "kernel refuse the section (ld sets it when it merges .sframe)"))
+    return out
+
+
+def _lost_plt(info: ElfSFrame, section: SFrameSection, functions: list[Function],
+              layout: _Layout) -> list[Function]:
+    """PLT stubs without FDEs in a section ld merged (one header, sorted, a
+    PT_GNU_SFRAME) that has no FDE for any PLT stub: ld gives its PLTs FDEs
+    when it merges, so they were lost (ld 2.47.50 with --gc-sections), not
+    left out by design as gold, lld and mold do."""
+    parts = _parts(info)
+    if len(parts) > 1 or not parts[0].header.sorted or not layout.sframe_segments:
+        return functions
+    if any(_section_of(layout, fde.start) in _PLT_SECTIONS for fde in section.iter_fdes()):
+        return functions
+    return [f._replace(known=False, detail=(
+                f"{_section_of(layout, f.start)} stubs ({f.start:#x}-{f.end:#x}) lost their "
+                "SFrame FDE: ld gives its PLT stubs FDEs when it merges .sframe, and this "
+                "output has none for any PLT (ld 2.47.50 with --gc-sections)"))
+            if f.verdict == NOT_COVERED and f.reasons == (KNOWN_PLT,) else f
+            for f in functions]
+
+
 def _segment_findings(layout: _Layout) -> list[Finding]:
     assert layout.sframe_section is not None
     addr, size = layout.sframe_section
@@ -716,6 +768,12 @@ def _segment_findings(layout: _Layout) -> list[Finding]:
                         "the section", fatal=False)]
     for vaddr, memsz in layout.sframe_segments:
         if vaddr <= addr and addr + size <= vaddr + memsz:
+            if vaddr == addr and memsz > -(-size // 8) * 8:  # more than the alignment's padding
+                return [Finding("segment-size", addr, ".sframe",
+                                f"PT_GNU_SFRAME ({vaddr:#x}-{vaddr + memsz:#x}) is {memsz - size:#x} "
+                                f"bytes longer than the .sframe section ({addr:#x}-{addr + size:#x}): "
+                                "ld keeps the size from before its merge (harmless to readers "
+                                "that follow the header's counts)", fatal=False)]
             return []
     vaddr, memsz = layout.sframe_segments[0]
     return [Finding("segment", addr, ".sframe",
@@ -734,7 +792,8 @@ def kernel_findings(info: ElfSFrame, section: SFrameSection, layout: _Layout, na
     its first bad entry, so each rule is reported once, at its first
     offender (docs/verify.md lists the kernel functions each check follows).
     """
-    hdr = section.header
+    parts = _parts(info) if not info.is_relocatable else [Part(0, section.header)]
+    hdr = parts[0].header  # as written: info.open merges concatenated parts
     out: list[Finding] = []
 
     def refuse(kind: str, pc: int | None, text: str) -> None:
@@ -742,6 +801,9 @@ def kernel_findings(info: ElfSFrame, section: SFrameSection, layout: _Layout, na
             out.append(Finding(f"kernel-{kind}", pc, name(pc) if pc is not None else None,
                                f"kernel: {text}"))
 
+    if len(parts) > 1:
+        refuse("concatenated", None, f"{describe_parts(parts)}: sframe_read_header reads the "
+                                     f"first header's {hdr.num_fdes} FDEs only")
     if hdr.version != 3:
         refuse("version", None, f"SFrame version {hdr.version}: sframe_read_header accepts only "
                                 "version 3")

@@ -8,8 +8,7 @@ is debugging a program, not the section.
 
 from __future__ import annotations
 
-from ..analysis.effects import CALLEE_SAVED
-from ..base.abi import Arch
+from ..base.abi import CALLEE_SAVED, Arch
 from ..base.rows import CFARule, Row, Rule, RuleKind
 from .dump import fre_columns
 from .section import Lookup, SFrameSection

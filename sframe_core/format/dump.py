@@ -181,6 +181,8 @@ def dump_lines(section: SFrameSection, errors: list[SFrameError] | None = None, 
     yield "Contents of the SFrame section .sframe:"
     if text_offsets:
         yield TEXT_OFFSETS_NOTE
+    if section.merged:
+        yield f"# {section.merged}"
     yield from _header_lines(hdr, section.num_fdes)
     yield ""
     yield "  Function Index :"
@@ -316,4 +318,5 @@ def dump_json(section: SFrameSection, *, text_offsets: bool = False) -> dict[str
         "addresses": "text-offsets" if text_offsets else "absolute",
         "size": len(section.data),
         "header": header_json(section), "fdes": fdes, "errors": errors,
+        "merged": section.merged,
     }

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 # is decoded: a debugger whose objfiles all have symbol files reads ELF
 # headers here and never decodes one, and its start-up pays for the imports.
 
-__all__ = ["PT_GNU_SFRAME", "SHT_GNU_SFRAME", "ElfSFrame", "LoadSegment", "read_elf", "open_sframe"]
+__all__ = ["PT_GNU_SFRAME", "SHT_GNU_SFRAME", "ElfSFrame", "LoadSegment", "read_elf", "open_sframe",
+           "unwind_gap"]
 
 PT_GNU_SFRAME = 0x6474E554
 SHT_GNU_SFRAME = 0x6FFFFFF4
@@ -107,19 +108,33 @@ class ElfSFrame(NamedTuple):
 
         base = self.sframe_address if address is None else address
         kept: dict[int, bytes] = {}  # a whole reader's segments, shared with ``regions``
+        data: bytes | memoryview = self.data
+        note: str | None = None
         try:
-            section = SFrameSection(self.data, base, pcrel=True if self.relocated else None,
+            if not self.relocated and self.elf_type in ("ET_EXEC", "ET_DYN"):
+                from .linked import read_linked
+
+                linked = read_linked(data, base, exact=not self.from_segment,
+                                     code=self.code_ranges(base - self.sframe_address))
+                data, note = linked.data, linked.note
+            section = SFrameSection(data, base, pcrel=True if self.relocated else None,
                                     name=self.path,
                                     code=self.code_reader(base - self.sframe_address, whole=whole,
                                                           kept=kept))
         except FormatError as exc:
             raise FormatError(f"{self.path}: .sframe: {exc}") from None
+        section.merged = note
         if whole and section.code is not None:
             bias = base - self.sframe_address
             section.regions = lambda: self._regions(bias, kept)
         section.absolute_tables = self.elf_type == "ET_EXEC" and base == self.sframe_address
         section.pointers = self.pointer_reader(base - self.sframe_address, whole=whole)
         return section
+
+    def code_ranges(self, bias: int) -> list[tuple[int, int]]:
+        """The executable PT_LOAD segments' address ranges once loaded at ``bias``."""
+        return [(seg.vaddr + bias, seg.vaddr + bias + seg.memsz)
+                for seg in self.segments if seg.executable]
 
     def pointer_reader(self, bias: int, *, whole: bool = False) -> PointerReader | None:
         """Reads ``count`` 64-bit words at a runtime address as they will be
@@ -417,6 +432,23 @@ def _read(elf: Any, name: str) -> ElfSFrame:
     return ElfSFrame(name, machine, not elf.little_endian, elf["e_type"], has_eh, has_debug,
                      address, data, from_segment, relocated, segments, elf["e_entry"],
                      () if in_place else tuple(relocs))
+
+
+def unwind_gap(path: str) -> str | None:
+    """Why a debugger has nothing but its own guesses for the code of the
+    ELF file at ``path`` (no ``.eh_frame``, ``.debug_frame`` or ``.sframe``
+    in it), for the status commands; None where it has unwind information,
+    or is no loaded file with code, or cannot be read (said elsewhere)."""
+    try:
+        info = read_elf(path)
+    except (FileError, FormatError):
+        return None
+    if info.has_eh_frame or info.has_debug_frame or info.data is not None:
+        return None
+    if info.elf_type not in ("ET_EXEC", "ET_DYN") or not any(s.executable for s in info.segments):
+        return None
+    return ("no unwind information (no .eh_frame, .debug_frame or .sframe in the file): "
+            "frames in its code are the debugger's guesses")
 
 
 def open_sframe(path: str | os.PathLike[str], address: int | None = None) -> SFrameSection:

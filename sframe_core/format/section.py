@@ -127,6 +127,8 @@ class SFrameSection:
         self.pointers: PointerReader | None = None
         # Results kept from other builds of the module (symbol files only).
         self.analysis_store: ResultStore | None = None
+        # Not None: these bytes are the file's parts read as one (linked.py), and how.
+        self.merged: str | None = None
         # Every segment ``code`` reads from, for a reader of the whole module
         # (a whole-file ``open``): the FDEs made in C read them (symfiles.native_fdes).
         self.regions: Callable[[], list[Region]] | None = None

@@ -78,8 +78,11 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_sy
 # from the branches into them (analysis/parts.py); 13: amd64's
 # ``movq m64, xmm`` (66 0F D6) is a store, which capstone 5.0.7 marks a read
 # (analysis/amd64.py): files made before may keep a rule past it; 14: gdb's
-# file has no copy of a symbol table the module has itself (``_write``).
-GENERATOR = 14
+# file has no copy of a symbol table the module has itself (``_write``); 15:
+# a section gold, lld or mold concatenated is read part by part, or refused
+# (format/linked.py): files made before hold the first part only (v3) or
+# wrong addresses (v1, v2).
+GENERATOR = 15
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3

@@ -128,7 +128,11 @@ class Module:
                 try:
                     loaded = self._sframe_loader()
                     if loaded is not None:
-                        self._sframe = SFrameSection(loaded[0], loaded[1], name=self.name)
+                        from ..format.linked import read_linked
+                        linked = read_linked(loaded[0], loaded[1], exact=True,
+                                              code=self._code_ranges())
+                        self._sframe = SFrameSection(linked.data, loaded[1], name=self.name)
+                        self._sframe.merged = linked.note
                 except SFrameError as exc:
                     self._fail(exc)
                 return self._sframe
@@ -139,6 +143,19 @@ class Module:
                 except SFrameError as exc:
                     self._fail(exc)
         return self._sframe
+
+    def _code_ranges(self) -> list[tuple[int, int]]:
+        """The module's executable segments where its file is on disk (read
+        quietly: a module only in memory is no error), else all it occupies."""
+        info = self._elf
+        if info is None and os.path.isfile(self.path):
+            from ..format.elf import read_elf
+            try:
+                info = read_elf(self.path)
+            except SFrameError:
+                info = None
+        ranges = info.code_ranges(self.bias) if info is not None else []
+        return ranges or list(self.ranges)
 
     def entry_function(self) -> tuple[int, int] | None:
         """The runtime span of an executable's entry function (``_start``)
