@@ -4,6 +4,12 @@ GDB may not run commands from inside an unwinder, so the table of objfiles
 (``maint info sections``) is read here, on ``new_objfile``, stops and
 ``before_prompt``, and marked stale when objfiles or program spaces change.
 A walk's memory cache is dropped whenever the target runs or is written.
+
+An objfile gdb adds to a program space it is still making (a fork child's
+copy of the parent's executable, before the child has a target) is routed
+later (``_Unready``): attaching a symbol file runs gdb's breakpoint re-set,
+which then caches the child's auxiliary vector as empty, and gdb 13 to 16
+never relocate the child's PIE executable.
 """
 
 from __future__ import annotations
@@ -15,19 +21,89 @@ from .unwinder import SFrameUnwinder, warn
 __all__ = ["connect"]
 
 
+def _unready(progspace: object) -> bool:
+    """Is ``progspace`` being made for a process gdb has no target for yet?
+
+    On a fork that gdb stays attached to (``detach-on-fork off``, or
+    ``follow-fork-mode child``), gdb 13 to 18 copy the parent's executable
+    into the child's new program space (``clone_program_space``) before
+    they give the child inferior its target and its thread, and relocate
+    the copy (a PIE) only after that. A separate debug file attached in
+    between makes gdb re-set its breakpoints there, which reads the child's
+    auxiliary vector through no target: gdb 13 to 16 keep that empty
+    vector, so the child's executable is never relocated and ld.so is
+    placed at its PC (``Cannot insert breakpoint 1. Cannot access memory
+    at address 0x1080``), where the twin's session goes on in the child.
+    """
+    for inferior in gdb.inferiors():
+        if inferior.progspace == progspace and inferior.pid:
+            try:
+                return not inferior.threads()
+            except gdb.error:
+                return False
+    return False
+
+
+class _Unready:
+    """Objfiles whose routing waits until their program space's inferior
+    has a target (``_unready``): the next objfile gdb adds once it has
+    (the fork child's libraries, after gdb relocated its executable), or
+    the next stop or prompt."""
+
+    def __init__(self) -> None:
+        self._waiting: list[gdb.Objfile] = []
+
+    def hold(self, objfile) -> bool:
+        """Keep ``objfile`` for later if its program space is not ready."""
+        if objfile.owner is not None or not _unready(objfile.progspace):
+            return False
+        self._waiting.append(objfile)
+        return True
+
+    def ready(self) -> list[gdb.Objfile]:
+        """The objfiles kept whose program space is ready now (forgotten here)."""
+        if not self._waiting:
+            return []
+        kept, now = [], []
+        for objfile in self._waiting:
+            if not objfile.is_valid():
+                continue
+            (kept if _unready(objfile.progspace) else now).append(objfile)
+        self._waiting = kept
+        return now
+
+
 def connect(plugin: SFrameUnwinder) -> None:
     """Connect the handlers, replacing those of an earlier load."""
     events = gdb.events
 
     routes = plugin.routes
+    unready = _Unready()
+
+    def route(objfile) -> None:
+        if routes is None:
+            return
+        try:
+            routes.consider(objfile)
+        except Exception as exc:  # noqa: BLE001 - never a traceback in gdb
+            warn(f"{objfile.filename}: symbol file: {type(exc).__name__}: {exc}")
+
+    def route_ready() -> None:
+        for objfile in unready.ready():
+            route(objfile)
+            plugin.mark_dirty(objfile.progspace)
 
     def on_new_objfile(event) -> None:
         objfile = event.new_objfile
-        if routes is not None:
-            try:
-                routes.consider(objfile)
-            except Exception as exc:  # noqa: BLE001 - never a traceback in gdb
-                warn(f"{objfile.filename}: symbol file: {type(exc).__name__}: {exc}")
+        try:
+            held = unready.hold(objfile)
+            if not held:
+                route_ready()
+        except Exception as exc:  # noqa: BLE001 - never a traceback in gdb
+            held = False
+            warn(f"{objfile.filename}: {type(exc).__name__}: {exc}")
+        if not held:
+            route(objfile)
         plugin.mark_dirty(objfile.progspace)
         # Refresh now: GDB may unwind (stop at a breakpoint, `finish') before
         # the next prompt, and the unwinder may not read the table itself.
@@ -62,6 +138,10 @@ def connect(plugin: SFrameUnwinder) -> None:
 
     def on_stop(event=None) -> None:
         plugin.end_walk()
+        try:
+            route_ready()
+        except Exception as exc:  # noqa: BLE001
+            warn(f"symbol file: {type(exc).__name__}: {exc}")
         if routes is not None:
             try:
                 routes.on_stop(event)  # None: a prompt, where no worker is waited for
