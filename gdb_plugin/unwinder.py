@@ -187,9 +187,9 @@ class _Walk:
     at level 0 and its page cache cannot go stale under it.
     """
 
-    __slots__ = ("table", "memory", "after_sigtramp", "first_level", "handed", "handed_level",
-                 "handed_pc", "handed_sp", "sp_handle", "values", "plans", "return_addresses",
-                 "_addresses")
+    __slots__ = ("table", "memory", "after_sigtramp", "first_level", "served", "handed",
+                 "handed_level", "handed_pc", "handed_sp", "sp_handle", "values", "plans",
+                 "return_addresses", "_addresses")
 
     def __init__(self, table: ObjfileTable | None, first_level: int = 0) -> None:
         self.table = table
@@ -199,6 +199,9 @@ class _Walk:
         # The level of the first frame this walk was asked for: above 0 when
         # GDB made frame 0 itself (an inline frame, or another unwinder's).
         self.first_level = first_level
+        # Has this unwinder given a frame of this walk its caller? Until it
+        # has, every frame is what gdb makes of the same stack on the twin.
+        self.served = False
         # What the last step handed to GDB (DWARF number -> value, and the
         # PC): the registers GDB has for the frame above ``handed_level``.
         # The next step starts from them instead of asking GDB, when its
@@ -529,6 +532,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             return self._stop(pending_frame, pc, regs.get(arch.sp), row.func_start, regs_info,
                               corrupt, level)
         cfa, caller_pc, caller_regs = result
+        walk.served = True
         caller_interrupted = row.signal
         if not caller_interrupted and caller_pc not in walk.return_addresses:
             if return_address_problem(caller_pc, arch, walk.addresses):
@@ -651,11 +655,18 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         than let GDB's heuristics read callers off the stack. At level 0 (a
         jump or a return into nonsense) only when the word at SP is no return
         address either: after a call through a bad pointer it is the caller's,
-        which GDB's heuristics find. Anything else is left to GDB."""
+        which GDB's heuristics find. Above level 0 only in a walk where this
+        unwinder gave a frame its caller. Anything else is left to GDB."""
         arch = _GDB_ARCHES.get(pending_frame.architecture().name())
         if arch is None or level in walk.after_sigtramp:
             # (A frame a signal interrupted at such a PC, whose trampoline this
             # walk did not see, is still shown; only its callers are not.)
+            return None
+        if level and not walk.served:
+            # No frame of this stack was this unwinder's: gdb's own unwinders
+            # made every frame up to here, as they do on the twin, and the
+            # twin shows what they read from here on (ld.so's _start at an
+            # exec catchpoint: the argument count as a return address).
             return None
         addresses = walk.addresses
         if return_address_problem(pc, arch, addresses) is None:
