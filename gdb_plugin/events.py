@@ -5,11 +5,11 @@ GDB may not run commands from inside an unwinder, so the table of objfiles
 ``before_prompt``, and marked stale when objfiles or program spaces change.
 A walk's memory cache is dropped whenever the target runs or is written.
 
-An objfile gdb adds to a program space it is still making (a fork child's
-copy of the parent's executable, before the child has a target) is routed
-later (``_Unready``): attaching a symbol file runs gdb's breakpoint re-set,
-which then caches the child's auxiliary vector as empty, and gdb 13 to 16
-never relocate the child's PIE executable.
+An objfile gdb copies into a program space on a fork (``_Unready``) is
+routed only once that program space's inferior has a process and is the
+current one: attaching a symbol file makes gdb re-set its breakpoints, which
+at the copy's arrival breaks the fork child (gdb 13 to 16) or gives the
+detached parent breakpoint locations the twin's session has not.
 """
 
 from __future__ import annotations
@@ -21,54 +21,78 @@ from .unwinder import SFrameUnwinder, warn
 __all__ = ["connect"]
 
 
-def _unready(progspace: object) -> bool:
-    """Is ``progspace`` being made for a process gdb has no target for yet?
+def _inferiors(progspace: object) -> list:
+    return [inferior for inferior in gdb.inferiors() if inferior.progspace == progspace]
 
-    On a fork that gdb stays attached to (``detach-on-fork off``, or
-    ``follow-fork-mode child``), gdb 13 to 18 copy the parent's executable
-    into the child's new program space (``clone_program_space``) before
-    they give the child inferior its target and its thread, and relocate
-    the copy (a PIE) only after that. A separate debug file attached in
-    between makes gdb re-set its breakpoints there, which reads the child's
-    auxiliary vector through no target: gdb 13 to 16 keep that empty
-    vector, so the child's executable is never relocated and ld.so is
-    placed at its PC (``Cannot insert breakpoint 1. Cannot access memory
-    at address 0x1080``), where the twin's session goes on in the child.
+
+def _has_threads(inferior) -> bool:
+    try:
+        return bool(inferior.threads())
+    except gdb.error:
+        return False
+
+
+def _copied(objfile) -> bool:
+    """Is ``objfile`` gdb's copy of an executable into a fork's new program space?
+
+    On a fork it stays attached to, gdb (13 to 18) copies the executable
+    into a new program space (``clone_program_space``): the child's
+    (``detach-on-fork off``), or the parent's when it follows the child and
+    detaches the parent. It does so outside the current program space, and
+    for the child before the child inferior has its target and its thread;
+    it relocates the child's copy (a PIE) only after that. A separate debug
+    file attached in between makes gdb re-set its breakpoints there, which
+    reads the child's auxiliary vector through no target: gdb 13 to 16 keep
+    that empty vector, so the child's executable is never relocated and
+    ld.so is placed at its PC (``Cannot insert breakpoint 1. Cannot access
+    memory at address 0x1090``) where the twin's session goes on in the
+    child; and the detached parent's copy gets breakpoint locations at its
+    link-time addresses that the twin's ``info breakpoints`` does not list.
+    An exec's new program waits as well: its ld.so follows at once.
     """
-    for inferior in gdb.inferiors():
-        if inferior.progspace == progspace and inferior.pid:
-            try:
-                return not inferior.threads()
-            except gdb.error:
-                return False
-    return False
+    if objfile.owner is not None:
+        return False
+    progspace = objfile.progspace
+    if progspace != gdb.current_progspace():
+        return True
+    inferiors = _inferiors(progspace)
+    if any(inferior.pid and not _has_threads(inferior) for inferior in inferiors):
+        return True
+    # An executable arriving under a live process: the parent's copy when
+    # gdb follows the child and detaches the parent (gdb 18 copies it in
+    # the current program space, the parent's), or an exec's new program,
+    # relocated once ld.so is known.
+    return objfile.filename == progspace.filename and any(map(_has_threads, inferiors))
 
 
 class _Unready:
-    """Objfiles whose routing waits until their program space's inferior
-    has a target (``_unready``): the next objfile gdb adds once it has
-    (the fork child's libraries, after gdb relocated its executable), or
-    the next stop or prompt."""
+    """Copied objfiles (``_copied``) waiting for their program space to be
+    the current one, with a process: the first objfile gdb adds there (the
+    fork child's libraries, once gdb relocated its executable; the
+    libraries of a detached parent run again), or a stop or prompt there.
+    gdb re-sets its breakpoints for such a new objfile itself."""
 
     def __init__(self) -> None:
         self._waiting: list[gdb.Objfile] = []
 
     def hold(self, objfile) -> bool:
-        """Keep ``objfile`` for later if its program space is not ready."""
-        if objfile.owner is not None or not _unready(objfile.progspace):
+        """Keep ``objfile`` for later if gdb is copying it (``_copied``)."""
+        if not _copied(objfile):
             return False
         self._waiting.append(objfile)
         return True
 
     def ready(self) -> list[gdb.Objfile]:
-        """The objfiles kept whose program space is ready now (forgotten here)."""
+        """The objfiles kept whose program space is now the current one, with
+        a process (forgotten here)."""
         if not self._waiting:
             return []
+        current = gdb.current_progspace()
+        live = any(_has_threads(inferior) for inferior in _inferiors(current))
         kept, now = [], []
         for objfile in self._waiting:
-            if not objfile.is_valid():
-                continue
-            (kept if _unready(objfile.progspace) else now).append(objfile)
+            if objfile.is_valid():
+                (now if live and objfile.progspace == current else kept).append(objfile)
         self._waiting = kept
         return now
 
