@@ -1,4 +1,5 @@
-"""The unwinder: a global ``gdb.unwinder.Unwinder`` named ``sframe``.
+"""The unwinder: a global ``gdb.unwinder.Unwinder`` named ``sframe``, in
+gdb's list only while some objfile needs it (``list_if_needed``).
 
 It claims a frame when its PC lies in an objfile whose ``.sframe`` covers it
 and, in ``auto`` mode, no ``.eh_frame``/``.debug_frame`` FDE does. The caller
@@ -316,12 +317,54 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         self._walk = None
 
     def refresh(self, force: bool = False) -> None:
-        """Re-read the current program space's section table if it changed.
+        """Re-read the current program space's section table if it changed,
+        and be in gdb's list of unwinders only if some frame may need this
+        one (``list_if_needed``).
 
         Runs ``maint info sections``: never call this from the unwinder.
         """
         if self._busy:
             return
+        try:
+            self._read_table(force)
+        finally:
+            self.list_if_needed()
+
+    def needed(self) -> bool:
+        """May a frame need this unwinder? Mode ``auto``: where an objfile
+        with SFrame has no unwind information of gdb's for some of its code
+        (its symbol file pending or impossible, CFI for only part of it), in
+        the current program space or another one whose table was read; an
+        unread current one counts too. Mode ``always``: any objfile with
+        SFrame. Mode ``off``: never."""
+        if self.mode == "off":
+            return False
+        current = gdb.current_progspace()
+        known = [p for p in self._tables if p.is_valid()]
+        if self.mode == "always":
+            return current not in self._tables or any(self._tables[p].entries for p in known)
+        return current not in self._idle or any(p not in self._idle for p in known)
+
+    def listed(self) -> bool:
+        """Is this unwinder in gdb's global list (``info unwinder``)?"""
+        return any(unwinder is self for unwinder in gdb.frame_unwinders)
+
+    def list_if_needed(self) -> None:
+        """Be in gdb's global list of Python unwinders only while some frame
+        may need this one (``needed``): where gdb's own unwinder serves every
+        objfile, ``info unwinder`` and ``disable unwinder`` see what they see
+        on the twin, and gdb calls no Python for its frames."""
+        if self.needed() == self.listed():
+            return
+        if self.listed():
+            gdb.frame_unwinders[:] = [u for u in gdb.frame_unwinders if u is not self]
+        else:
+            # As gdb.unwinder.register_unwinder does, without its line
+            # under ``set verbose on`` each time.
+            gdb.frame_unwinders.insert(0, self)
+        gdb.invalidate_cached_frames()
+
+    def _read_table(self, force: bool) -> None:
         progspace = gdb.current_progspace()
         if not force and progspace in self._tables and progspace not in self._dirty:
             return
