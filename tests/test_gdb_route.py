@@ -209,6 +209,25 @@ def test_fork_sessions(gdb_path: str, forks: Path, scenario: str) -> None:
                for bt in bts), text
 
 
+# A Python unwinder of the user's own, as gdb.python/py-unwind-maint.exp registers.
+_USER_UNWINDER = ("python import gdb.unwinder as u; u.register_unwinder(None, type('U', "
+                  "(u.Unwinder,), {'__call__': lambda self, frame: None})('user_global'))")
+
+
+def test_unwinder_commands_see_no_plugin(gdb_path: str, forks: Path) -> None:
+    """Where gdb's own unwinder serves every objfile (their symbol files
+    attached), gdb's unwinder commands see what they see on the twin: no
+    ``sframe`` in ``info unwinder``, and ``disable unwinder global .*``
+    disables the user's one alone."""
+    commands = [_USER_UNWINDER, "info unwinder", "break marker", "run", "info unwinder",
+                "disable unwinder global .*", "info unwinder", "bt", "enable unwinder global .*",
+                "up", "info frame"]
+    twin, ours = (_session(gdb_path, forks, which, commands, program="forks")
+                  for which in ("twin", "noeh"))
+    _same(commands, twin, ours)
+    assert "1 unwinder disabled" in twin[5], twin[5]
+
+
 def test_record_and_reverse(gdb_path: str, sessions: Path) -> None:
     _same_session(gdb_path, sessions, [
         "break outer", "run", "record full", "stepi 20", "bt", "reverse-stepi 5", "bt",
