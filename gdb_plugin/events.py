@@ -89,7 +89,8 @@ class _Unready:
             return []
         current = gdb.current_progspace()
         live = any(_has_threads(inferior) for inferior in _inferiors(current))
-        kept, now = [], []
+        kept: list[gdb.Objfile] = []
+        now: list[gdb.Objfile] = []
         for objfile in self._waiting:
             if objfile.is_valid():
                 (now if live and objfile.progspace == current else kept).append(objfile)

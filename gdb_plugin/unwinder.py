@@ -340,7 +340,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         if self.mode == "off":
             return False
         current = gdb.current_progspace()
-        known = [p for p in self._tables if p.is_valid()]
+        known = [p for p in self._tables if isinstance(p, gdb.Progspace) and p.is_valid()]
         if self.mode == "always":
             return current not in self._tables or any(self._tables[p].entries for p in known)
         return current not in self._idle or any(p not in self._idle for p in known)
