@@ -183,6 +183,8 @@ def _listing(plugin: SFrameUnwinder) -> str:
         return "The Python unwinder `sframe' is registered (info unwinder)."
     if plugin.mode == "off":
         return "The Python unwinder `sframe' is not registered: mode off."
+    if not gdb.selected_inferior().pid:
+        return "The Python unwinder `sframe' is not registered: no process."
     return ("The Python unwinder `sframe' is not registered: no objfile needs it "
             "(gdb's own unwinder serves each).")
 

@@ -177,6 +177,14 @@ def connect(plugin: SFrameUnwinder) -> None:
         except Exception as exc:  # noqa: BLE001
             warn(f"cannot read the section table: {exc}")
 
+    def on_new_thread(event=None) -> None:
+        # A process to unwind (``run``, ``attach``): the unwinder is listed
+        # before its first stop if an objfile needs it.
+        try:
+            plugin.list_if_needed()
+        except Exception as exc:  # noqa: BLE001
+            warn(f"{type(exc).__name__}: {exc}")
+
     def on_cont(event=None) -> None:
         plugin.forget_frames()
         if routes is not None:
@@ -192,6 +200,7 @@ def connect(plugin: SFrameUnwinder) -> None:
         ("corefile_changed", on_anything),  # GDB 18
         ("exited", on_anything),
         ("cont", on_cont),
+        ("new_thread", on_new_thread),
         ("memory_changed", plugin.forget_frames),
         ("register_changed", plugin.forget_frames),
         ("stop", on_stop),

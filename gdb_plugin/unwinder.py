@@ -331,19 +331,21 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             self.list_if_needed()
 
     def needed(self) -> bool:
-        """May a frame need this unwinder? Mode ``auto``: where an objfile
-        with SFrame has no unwind information of gdb's for some of its code
-        (its symbol file pending or impossible, CFI for only part of it), in
-        the current program space or another one whose table was read; an
-        unread current one counts too. Mode ``always``: any objfile with
-        SFrame. Mode ``off``: never."""
+        """May a frame need this unwinder? Only in a program space with a
+        process (or a core) to unwind: mode ``auto``, where an objfile with
+        SFrame has no unwind information of gdb's for some of its code (its
+        symbol file pending or impossible, CFI for only part of it), or
+        whose table is not read yet; mode ``always``, where any objfile has
+        SFrame; mode ``off``, nowhere."""
         if self.mode == "off":
             return False
-        current = gdb.current_progspace()
-        known = [p for p in self._tables if isinstance(p, gdb.Progspace) and p.is_valid()]
+        live = {inferior.progspace for inferior in gdb.inferiors() if inferior.pid}
+        if gdb.current_progspace() in live - self._tables.keys():
+            return True
+        spaces = [p for p in self._tables if p in live]
         if self.mode == "always":
-            return current not in self._tables or any(self._tables[p].entries for p in known)
-        return current not in self._idle or any(p not in self._idle for p in known)
+            return any(self._tables[p].entries for p in spaces)
+        return any(p not in self._idle for p in spaces)
 
     def listed(self) -> bool:
         """Is this unwinder in gdb's global list (``info unwinder``)?"""

@@ -177,7 +177,8 @@ FORK_SESSIONS = {
              "bt", "info breakpoints"]),
     "before-run-child": (
         "", ["set follow-fork-mode child", "break scoped", "run", "bt", "info breakpoints",
-             "finish"]),
+             "finish", "inferior 1", "info unwinder", "info breakpoints", "inferior 2",
+             "info unwinder", "bt"]),
     "after-run-child-detach-off": (
         "", ["break chain", "run", "set follow-fork-mode child", "set detach-on-fork off",
              "break marker", "continue", "bt", "info inferiors", "inferior 1", "bt 2"]),
