@@ -96,8 +96,9 @@ machine code keeps the callee-saved registers), attached as its separate
 debug file: gdb's own DWARF unwinder then unwinds it, as with .eh_frame
 (see `help set sframe symbol-files').
 Until an objfile's symbol file is ready, and where none can be made, a
-global Python unwinder named `sframe' serves it: `info unwinder' lists it
-and `disable unwinder global sframe' turns it off.  In mode `auto' it
+global Python unwinder named `sframe' serves it: registered only while some
+objfile needs it, `info unwinder' then lists it and `disable unwinder
+global sframe' turns it off.  In mode `auto' it
 unwinds frames whose PC lies in such an objfile and no .eh_frame or
 .debug_frame FDE covering that PC; `always' uses SFrame wherever it covers
 the PC; `off' never does.  `info sframe' says which serves each objfile."""
@@ -165,7 +166,8 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
         entries = plugin.tables_entries(progspace)
         setting = routes.setting if routes is not None else "off"
         gdb.write(f"sframe unwinder (sframe-gdb {__version__}): mode {plugin.mode}, "
-                  f"{'enabled' if plugin.enabled else 'disabled'}; symbol files {setting}\n")
+                  f"{'enabled' if plugin.enabled else 'disabled'}; symbol files {setting}\n"
+                  f"{_listing(plugin)}\n")
         for line in _unwind_gaps(progspace):
             gdb.write(line + "\n")
         if not entries:
@@ -190,6 +192,18 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
                       f".sframe at 0x{entry.sframe_address:x}\n"
                       f"  {'has ' + ' and '.join(cfi) if cfi else 'no .eh_frame'}; "
                       f"{_served_by(plugin.mode, cfi, by_path.get(entry.path))}\n")
+
+
+def _listing(plugin: SFrameUnwinder) -> str:
+    """Whether gdb's list of unwinders holds the Python unwinder, and why."""
+    if plugin.listed():
+        return "The Python unwinder `sframe' is registered (info unwinder)."
+    if plugin.mode == "off":
+        return "The Python unwinder `sframe' is not registered: mode off."
+    if not gdb.selected_inferior().pid:
+        return "The Python unwinder `sframe' is not registered: no process."
+    return ("The Python unwinder `sframe' is not registered: no objfile needs it "
+            "(gdb's own unwinder serves each).")
 
 
 def _served_by(mode: str, cfi: list[str], route: Route | None) -> str:

@@ -4,6 +4,12 @@ GDB may not run commands from inside an unwinder, so the table of objfiles
 (``maint info sections``) is read here, on ``new_objfile``, stops and
 ``before_prompt``, and marked stale when objfiles or program spaces change.
 A walk's memory cache is dropped whenever the target runs or is written.
+
+An objfile gdb copies into a program space on a fork (``_Unready``) is
+routed only once that program space's inferior has a process and is the
+current one: attaching a symbol file makes gdb re-set its breakpoints, which
+at the copy's arrival breaks the fork child (gdb 13 to 16) or gives the
+detached parent breakpoint locations the twin's session has not.
 """
 
 from __future__ import annotations
@@ -15,19 +21,114 @@ from .unwinder import SFrameUnwinder, warn
 __all__ = ["connect"]
 
 
+def _inferiors(progspace: object) -> list:
+    return [inferior for inferior in gdb.inferiors() if inferior.progspace == progspace]
+
+
+def _has_threads(inferior) -> bool:
+    try:
+        return bool(inferior.threads())
+    except gdb.error:
+        return False
+
+
+def _copied(objfile) -> bool:
+    """Is ``objfile`` gdb's copy of an executable into a fork's new program space?
+
+    On a fork it stays attached to, gdb (13 to 18) copies the executable
+    into a new program space (``clone_program_space``): the child's
+    (``detach-on-fork off``), or the parent's when it follows the child and
+    detaches the parent. It does so outside the current program space, and
+    for the child before the child inferior has its target and its thread;
+    it relocates the child's copy (a PIE) only after that. A separate debug
+    file attached in between makes gdb re-set its breakpoints there, which
+    reads the child's auxiliary vector through no target: gdb 13 to 16 keep
+    that empty vector, so the child's executable is never relocated and
+    ld.so is placed at its PC (``Cannot insert breakpoint 1. Cannot access
+    memory at address 0x1090``) where the twin's session goes on in the
+    child; and the detached parent's copy gets breakpoint locations at its
+    link-time addresses that the twin's ``info breakpoints`` does not list.
+    An exec's new program waits as well: its ld.so follows at once.
+    """
+    if objfile.owner is not None:
+        return False
+    progspace = objfile.progspace
+    if progspace != gdb.current_progspace():
+        return True
+    inferiors = _inferiors(progspace)
+    if any(inferior.pid and not _has_threads(inferior) for inferior in inferiors):
+        return True
+    # An executable arriving under a live process: the parent's copy when
+    # gdb follows the child and detaches the parent (gdb 18 copies it in
+    # the current program space, the parent's), or an exec's new program,
+    # relocated once ld.so is known.
+    return objfile.filename == progspace.filename and any(map(_has_threads, inferiors))
+
+
+class _Unready:
+    """Copied objfiles (``_copied``) waiting for their program space to be
+    the current one, with a process: the first objfile gdb adds there (the
+    fork child's libraries, once gdb relocated its executable; the
+    libraries of a detached parent run again), or a stop or prompt there.
+    gdb re-sets its breakpoints for such a new objfile itself."""
+
+    def __init__(self) -> None:
+        self._waiting: list[gdb.Objfile] = []
+
+    def hold(self, objfile) -> bool:
+        """Keep ``objfile`` for later if gdb is copying it (``_copied``)."""
+        if not _copied(objfile):
+            return False
+        self._waiting.append(objfile)
+        return True
+
+    def ready(self) -> list[gdb.Objfile]:
+        """The objfiles kept whose program space is now the current one, with
+        a process (forgotten here)."""
+        if not self._waiting:
+            return []
+        current = gdb.current_progspace()
+        live = any(_has_threads(inferior) for inferior in _inferiors(current))
+        kept: list[gdb.Objfile] = []
+        now: list[gdb.Objfile] = []
+        for objfile in self._waiting:
+            if objfile.is_valid():
+                (now if live and objfile.progspace == current else kept).append(objfile)
+        self._waiting = kept
+        return now
+
+
 def connect(plugin: SFrameUnwinder) -> None:
     """Connect the handlers, replacing those of an earlier load."""
     events = gdb.events
 
     routes = plugin.routes
+    unready = _Unready()
+
+    def route(objfile) -> None:
+        if routes is None:
+            return
+        try:
+            routes.consider(objfile)
+        except Exception as exc:  # noqa: BLE001 - never a traceback in gdb
+            warn(f"{objfile.filename}: symbol file: {type(exc).__name__}: {exc}")
+
+    def route_ready() -> None:
+        for objfile in unready.ready():
+            route(objfile)
+            plugin.mark_dirty(objfile.progspace)
 
     def on_new_objfile(event) -> None:
         objfile = event.new_objfile
-        if routes is not None:
-            try:
-                routes.consider(objfile)
-            except Exception as exc:  # noqa: BLE001 - never a traceback in gdb
-                warn(f"{objfile.filename}: symbol file: {type(exc).__name__}: {exc}")
+        try:
+            held = unready.hold(objfile)
+            if not held:
+                route_ready()
+        except Exception as exc:  # noqa: BLE001 - never a traceback in gdb
+            held = False
+            warn(f"{objfile.filename}: {type(exc).__name__}: {exc}")
+        if not held:
+            route(objfile)
         plugin.mark_dirty(objfile.progspace)
         # Refresh now: GDB may unwind (stop at a breakpoint, `finish') before
         # the next prompt, and the unwinder may not read the table itself.
@@ -62,6 +163,10 @@ def connect(plugin: SFrameUnwinder) -> None:
 
     def on_stop(event=None) -> None:
         plugin.end_walk()
+        try:
+            route_ready()
+        except Exception as exc:  # noqa: BLE001
+            warn(f"symbol file: {type(exc).__name__}: {exc}")
         if routes is not None:
             try:
                 routes.on_stop(event)  # None: a prompt, where no worker is waited for
@@ -71,6 +176,14 @@ def connect(plugin: SFrameUnwinder) -> None:
             plugin.refresh()
         except Exception as exc:  # noqa: BLE001
             warn(f"cannot read the section table: {exc}")
+
+    def on_new_thread(event=None) -> None:
+        # A process to unwind (``run``, ``attach``): the unwinder is listed
+        # before its first stop if an objfile needs it.
+        try:
+            plugin.list_if_needed()
+        except Exception as exc:  # noqa: BLE001
+            warn(f"{type(exc).__name__}: {exc}")
 
     def on_cont(event=None) -> None:
         plugin.forget_frames()
@@ -87,6 +200,7 @@ def connect(plugin: SFrameUnwinder) -> None:
         ("corefile_changed", on_anything),  # GDB 18
         ("exited", on_anything),
         ("cont", on_cont),
+        ("new_thread", on_new_thread),
         ("memory_changed", plugin.forget_frames),
         ("register_changed", plugin.forget_frames),
         ("stop", on_stop),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gdb
-import gdb.unwinder
 
 from . import commands, events
 from .symfiles import Routes
@@ -27,7 +26,10 @@ def register() -> SFrameUnwinder:
         if old_routes is not None:
             routes.setting = old_routes.setting
             old_routes.cancel()
-    gdb.unwinder.register_unwinder(None, plugin, replace=True)
+    # In gdb's list of unwinders once the table says some objfile needs it
+    # (``refresh``); an earlier load's goes now.
+    gdb.frame_unwinders[:] = [u for u in gdb.frame_unwinders
+                              if getattr(u, "name", None) != plugin.name]
     gdb._sframe_gdb_plugin = plugin
     commands.register(plugin)
     events.connect(plugin)
@@ -39,7 +41,7 @@ def register() -> SFrameUnwinder:
     try:
         plugin.refresh()
     except Exception:  # noqa: BLE001 - no program yet
-        pass
+        plugin.list_if_needed()
     gdb.write(LOADED_LINE + "\n")
     return plugin
 

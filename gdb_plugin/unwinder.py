@@ -1,4 +1,5 @@
-"""The unwinder: a global ``gdb.unwinder.Unwinder`` named ``sframe``.
+"""The unwinder: a global ``gdb.unwinder.Unwinder`` named ``sframe``, in
+gdb's list only while some objfile needs it (``list_if_needed``).
 
 It claims a frame when its PC lies in an objfile whose ``.sframe`` covers it
 and, in ``auto`` mode, no ``.eh_frame``/``.debug_frame`` FDE does. The caller
@@ -187,9 +188,9 @@ class _Walk:
     at level 0 and its page cache cannot go stale under it.
     """
 
-    __slots__ = ("table", "memory", "after_sigtramp", "first_level", "handed", "handed_level",
-                 "handed_pc", "handed_sp", "sp_handle", "values", "plans", "return_addresses",
-                 "_addresses")
+    __slots__ = ("table", "memory", "after_sigtramp", "first_level", "served", "handed",
+                 "handed_level", "handed_pc", "handed_sp", "sp_handle", "values", "plans",
+                 "return_addresses", "_addresses")
 
     def __init__(self, table: ObjfileTable | None, first_level: int = 0) -> None:
         self.table = table
@@ -199,6 +200,9 @@ class _Walk:
         # The level of the first frame this walk was asked for: above 0 when
         # GDB made frame 0 itself (an inline frame, or another unwinder's).
         self.first_level = first_level
+        # Has this unwinder given a frame of this walk its caller? Until it
+        # has, every frame is what gdb makes of the same stack on the twin.
+        self.served = False
         # What the last step handed to GDB (DWARF number -> value, and the
         # PC): the registers GDB has for the frame above ``handed_level``.
         # The next step starts from them instead of asking GDB, when its
@@ -313,12 +317,56 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         self._walk = None
 
     def refresh(self, force: bool = False) -> None:
-        """Re-read the current program space's section table if it changed.
+        """Re-read the current program space's section table if it changed,
+        and be in gdb's list of unwinders only if some frame may need this
+        one (``list_if_needed``).
 
         Runs ``maint info sections``: never call this from the unwinder.
         """
         if self._busy:
             return
+        try:
+            self._read_table(force)
+        finally:
+            self.list_if_needed()
+
+    def needed(self) -> bool:
+        """May a frame need this unwinder? Only in a program space with a
+        process (or a core) to unwind: mode ``auto``, where an objfile with
+        SFrame has no unwind information of gdb's for some of its code (its
+        symbol file pending or impossible, CFI for only part of it), or
+        whose table is not read yet; mode ``always``, where any objfile has
+        SFrame; mode ``off``, nowhere."""
+        if self.mode == "off":
+            return False
+        live = {inferior.progspace for inferior in gdb.inferiors() if inferior.pid}
+        if gdb.current_progspace() in live - self._tables.keys():
+            return True
+        spaces = [p for p in self._tables if p in live]
+        if self.mode == "always":
+            return any(self._tables[p].entries for p in spaces)
+        return any(p not in self._idle for p in spaces)
+
+    def listed(self) -> bool:
+        """Is this unwinder in gdb's global list (``info unwinder``)?"""
+        return any(unwinder is self for unwinder in gdb.frame_unwinders)
+
+    def list_if_needed(self) -> None:
+        """Be in gdb's global list of Python unwinders only while some frame
+        may need this one (``needed``): where gdb's own unwinder serves every
+        objfile, ``info unwinder`` and ``disable unwinder`` see what they see
+        on the twin, and gdb calls no Python for its frames."""
+        if self.needed() == self.listed():
+            return
+        if self.listed():
+            gdb.frame_unwinders[:] = [u for u in gdb.frame_unwinders if u is not self]
+        else:
+            # As gdb.unwinder.register_unwinder does, without its line
+            # under ``set verbose on`` each time.
+            gdb.frame_unwinders.insert(0, self)
+        gdb.invalidate_cached_frames()
+
+    def _read_table(self, force: bool) -> None:
         progspace = gdb.current_progspace()
         if not force and progspace in self._tables and progspace not in self._dirty:
             return
@@ -529,6 +577,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             return self._stop(pending_frame, pc, regs.get(arch.sp), row.func_start, regs_info,
                               corrupt, level)
         cfa, caller_pc, caller_regs = result
+        walk.served = True
         caller_interrupted = row.signal
         if not caller_interrupted and caller_pc not in walk.return_addresses:
             if return_address_problem(caller_pc, arch, walk.addresses):
@@ -651,11 +700,18 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         than let GDB's heuristics read callers off the stack. At level 0 (a
         jump or a return into nonsense) only when the word at SP is no return
         address either: after a call through a bad pointer it is the caller's,
-        which GDB's heuristics find. Anything else is left to GDB."""
+        which GDB's heuristics find. Above level 0 only in a walk where this
+        unwinder gave a frame its caller. Anything else is left to GDB."""
         arch = _GDB_ARCHES.get(pending_frame.architecture().name())
         if arch is None or level in walk.after_sigtramp:
             # (A frame a signal interrupted at such a PC, whose trampoline this
             # walk did not see, is still shown; only its callers are not.)
+            return None
+        if level and not walk.served:
+            # No frame of this stack was this unwinder's: gdb's own unwinders
+            # made every frame up to here, as they do on the twin, and the
+            # twin shows what they read from here on (ld.so's _start at an
+            # exec catchpoint: the argument count as a return address).
             return None
         addresses = walk.addresses
         if return_address_problem(pc, arch, addresses) is None:

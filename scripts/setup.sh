@@ -21,6 +21,9 @@ q() { if ! "$@" >>"$LOG" 2>&1; then echo "FAILED: $*" >&2; tail -30 "$LOG" >&2; 
 GDB_VER="${GDB_FOR_PWNDBG_VERSION:-18.1.0.post1}"
 # gdb 17 too: its Python unwinder internals were rewritten (the distro gdbs are 13 and 16)
 GDB17_VER="${GDB17_FOR_PWNDBG_VERSION:-17.2.0.post5}"
+# gdb 16: Debian 13's gdb (16.3), for a Debian 12 machine too (fork/exec
+# program spaces behave as on 13 there, not as on 17)
+GDB16_VER="${GDB16_FOR_PWNDBG_VERSION:-16.3.0.post6}"
 LLDB_VERS="${LLDB_FOR_PWNDBG_VERSIONS:-20:20.1.8.post1 21:21.1.7.post1 22:22.1.0.post3 23:23.1.0.post2}"
 
 # ---------------------------------------------------------------- 1. apt
@@ -137,6 +140,11 @@ if [ -z "${SETUP_SKIP_DEBUGGERS:-}" ]; then
   mkvenv "$DBG/gdb17" "gdb-for-pwndbg==$GDB17_VER"
   WRAP_ENV="LD_LIBRARY_PATH=\"$PYLIB\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"; export LD_LIBRARY_PATH" \
     write_wrapper "$BIN/gdb-17" "$DBG/gdb17/bin/gdb"
+  # gdb 16 (Debian 13's version) from PyPI, like gdb 17 and 18
+  step "gdb-for-pwndbg==$GDB16_VER -> .debuggers/gdb16"
+  mkvenv "$DBG/gdb16" "gdb-for-pwndbg==$GDB16_VER"
+  WRAP_ENV="LD_LIBRARY_PATH=\"$PYLIB\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"; export LD_LIBRARY_PATH" \
+    write_wrapper "$BIN/gdb-16" "$DBG/gdb16/bin/gdb"
   for pair in $LLDB_VERS; do
     major="${pair%%:*}"; ver="${pair#*:}"
     step "lldb-for-pwndbg==$ver -> .debuggers/lldb$major"

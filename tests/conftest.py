@@ -72,8 +72,9 @@ def large_program(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
 
 @pytest.fixture(params=sorted(GDBS), scope="module")
 def gdb_path(request: pytest.FixtureRequest) -> str:
-    """Every gdb the suite runs (the system's, 17 and 18 from PyPI), one module at a time."""
+    """Every gdb the suite runs (the system's, 16, 17 and 18 from PyPI), one module at a time."""
     path = GDBS[request.param]
     if gdb_version(path) is None:
-        missing(f"{request.param} not runnable at {path} (scripts/setup.sh installs gdb 17 and 18)")
+        missing(f"{request.param} not runnable at {path} (scripts/setup.sh installs gdb 16, 17 "
+                "and 18)")
     return path

@@ -81,19 +81,25 @@ def test_bt_matches_twin(gdb_path: str, producer: str) -> None:
         g.cmd("run")
         without = _key(g.bt())
         assert without != twin, "the fixture does not need the plugin"
+        unwinders = [g.cmd("info unwinder"), g.cmd("disable unwinder global .*")]
         out = g.load_plugin()
         _no_python_errors(out)
         text = g.cmd("bt")
         _no_python_errors(text)
         assert _key(parse_bt(text)) == twin
         assert "Backtrace stopped" not in text
-        # gdb's own unwinder has the symbol file: the Python unwinder's
-        # controls do not take the frames away.
-        assert "unwound by gdb's DWARF unwinder from the symbol file" in g.cmd("info sframe")
-        assert re.search(r"Global:\s*\n\s+sframe\b", g.cmd("info unwinder"))
-        assert "1 unwinder disabled" in g.cmd("disable unwinder global sframe")
+        # gdb's own unwinder has the symbol file: no Python unwinder is
+        # registered (gdb's unwinder commands see what they see without the
+        # plugin), and the Python unwinder's controls do not take the frames away.
+        info = g.cmd("info sframe")
+        assert "unwound by gdb's DWARF unwinder from the symbol file" in info
+        assert "`sframe' is not registered: no objfile needs it" in info, info
+        assert [g.cmd("info unwinder"), g.cmd("disable unwinder global .*")] == unwinders
+        assert "0 unwinders disabled" in unwinders[1], unwinders
         assert _key(g.bt()) == twin
-        g.cmd("enable unwinder global sframe")
+        g.cmd("set sframe mode always")
+        assert re.search(r"Global:\s*\n\s+sframe\b", g.cmd("info unwinder"))
+        assert "`sframe' is registered" in g.cmd("info sframe")
         g.cmd("set sframe mode off")
         assert _key(g.bt()) == twin
         g.cmd("set sframe mode auto")
@@ -111,6 +117,7 @@ def test_bt_matches_twin(gdb_path: str, producer: str) -> None:
         assert _key(g.bt()) == twin
         g.cmd("set sframe mode off")
         assert 'is "off"' in g.cmd("show sframe mode")
+        assert "sframe" not in g.cmd("info unwinder")
         assert _key(g.bt()) == without
         g.cmd("set sframe mode always")
         assert _key(g.bt()) == twin
@@ -125,6 +132,7 @@ def test_bt_matches_twin(gdb_path: str, producer: str) -> None:
         # Symbol files on again: the objfile goes to gdb's own unwinder.
         g.cmd("set sframe symbol-files auto")
         assert "unwound by gdb's DWARF unwinder from the symbol file" in g.cmd("info sframe")
+        assert "sframe" not in g.cmd("info unwinder")
         assert _key(g.bt()) == twin
 
 

@@ -33,22 +33,27 @@ pytestmark = pytest.mark.gdb
 LUA = Path(__file__).resolve().parent / "fixtures" / "realprogs" / "lua5.4" / "busid-v3"
 
 
-@pytest.fixture(scope="module")
-def sessions(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory with ``twin/sessions`` and ``noeh/sessions``."""
+def _pair(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A directory with ``twin/NAME`` and ``noeh/NAME``, from ``tests/fixtures/src/NAME.c``."""
     for tool in ("gcc", "objcopy"):
         if shutil.which(tool) is None:
             raise AssertionError(f"{tool} is needed (scripts/setup.sh installs it)")
-    root = tmp_path_factory.mktemp("sessions")
+    root = tmp_path_factory.mktemp(name)
     (root / "twin").mkdir()
     (root / "noeh").mkdir()
     flags = [f for f in FLAGS if f != "-g0"] + ["-g"]
-    subprocess.run(["gcc", *flags, "-I", str(SRC), "-o", str(root / "twin" / "sessions"),
-                    str(SRC / "sessions.c")], check=True)
+    subprocess.run(["gcc", *flags, "-I", str(SRC), "-o", str(root / "twin" / name),
+                    str(SRC / f"{name}.c")], check=True)
     subprocess.run(["objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr",
-                    "--remove-section=.debug_frame", str(root / "twin" / "sessions"),
-                    str(root / "noeh" / "sessions")], check=True)
+                    "--remove-section=.debug_frame", str(root / "twin" / name),
+                    str(root / "noeh" / name)], check=True)
     return root
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with ``twin/sessions`` and ``noeh/sessions``."""
+    return _pair(tmp_path_factory, "sessions")
 
 
 # What differs between any two runs of a program, with or without the plugin.
@@ -74,12 +79,14 @@ def _no_python_errors(text: str) -> None:
 
 def _session(gdb_path: str, root: Path, which: str, commands: list[str],
              args: str = "", program: str = "sessions",
-             env: dict[str, str] | None = None) -> list[str]:
+             env: dict[str, str] | None = None, prologue: bool = False) -> list[str]:
     """Each command's output, with the program's directory written as ``twin``
     (``root/twin/PROGRAM`` and ``root/noeh/PROGRAM``: paths of one length, so
-    the stack is the same)."""
+    the stack is the same). ``prologue``: gdb's amd64 prologue analyzer on,
+    as users have it."""
     plugin = which == "noeh"
-    with Gdb(gdb_path, plugin=plugin, cwd=str(root), args=[f"{which}/{program}"], env=env) as g:
+    with Gdb(gdb_path, plugin=plugin, cwd=str(root), args=[f"{which}/{program}"], env=env,
+             disable_prologue=not prologue) as g:
         if args:
             g.cmd(f"set args {args}")
         outs = []
@@ -149,6 +156,77 @@ def test_fork_exec_two_inferiors(gdb_path: str, sessions: Path) -> None:
         "bt", "finish"], args="fork")
     assert [f.name for f in parse_bt(out[4])] == ["child_chain", "main"], out[4]
     assert "main" in [f.name for f in parse_bt(out[7])], out[7]
+
+
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with ``twin/forks`` and ``noeh/forks`` (a PIE that forks, and execs)."""
+    return _pair(tmp_path_factory, "forks")
+
+
+# Whole sessions across fork and exec, as users type them: breakpoints in a
+# child (its copy of the PIE relocated by gdb), set before or after `run`,
+# following the parent or the child, detached or not, and an exec caught.
+FORK_SESSIONS = {
+    "after-run-parent-detach-off": (
+        "", ["break main", "run", "set detach-on-fork off", "break marker", "continue", "bt",
+             "info breakpoints", "info inferiors", "inferior 2", "continue", "bt", "up 2",
+             "info frame"]),
+    "before-run-parent-detach-off": (
+        "", ["set detach-on-fork off", "break marker", "run", "bt", "inferior 2", "continue",
+             "bt", "info breakpoints"]),
+    "before-run-child": (
+        "", ["set follow-fork-mode child", "break scoped", "run", "bt", "info breakpoints",
+             "finish", "inferior 1", "info unwinder", "info breakpoints", "inferior 2",
+             "info unwinder", "bt"]),
+    "after-run-child-detach-off": (
+        "", ["break chain", "run", "set follow-fork-mode child", "set detach-on-fork off",
+             "break marker", "continue", "bt", "info inferiors", "inferior 1", "bt 2"]),
+    "exec-child-detach-off": (
+        "exec", ["set follow-fork-mode child", "set detach-on-fork off", "catch exec",
+                 "break scoped", "run", "bt", "continue", "bt", "info breakpoints",
+                 "info inferiors"]),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(FORK_SESSIONS))
+def test_fork_sessions(gdb_path: str, forks: Path, scenario: str) -> None:
+    """Every line of the session is the twin's (gdb 13 to 16 once left the
+    child's PIE unrelocated: "Cannot insert breakpoint 1. Cannot access
+    memory at address 0x1090"), gdb's prologue analyzer on as users have it
+    (the exec catchpoint's backtrace in ld.so's ``_start`` is what gdb reads
+    off the stack, on the twin and with the plugin)."""
+    args, commands = FORK_SESSIONS[scenario]
+    twin, ours = (_session(gdb_path, forks, which, commands, args, program="forks",
+                           prologue=True) for which in ("twin", "noeh"))
+    _same(commands, twin, ours)
+    text = "\n".join(twin)
+    assert "Cannot insert breakpoint" not in text and "Cannot access memory" not in text, text
+    bts = [parse_bt(out) for command, out in zip(commands, twin, strict=True)
+           if command == "bt"]
+    # tail_call's frame is gdb's tail-call frame: gdb's own unwinder served.
+    assert any([f.name for f in bt][:4] == ["marker", "scoped", "tail_call", "chain"]
+               or [f.name for f in bt][:3] == ["scoped", "tail_call", "chain"]
+               for bt in bts), text
+
+
+# A Python unwinder of the user's own, as gdb.python/py-unwind-maint.exp registers.
+_USER_UNWINDER = ("python import gdb.unwinder as u; u.register_unwinder(None, type('U', "
+                  "(u.Unwinder,), {'__call__': lambda self, frame: None})('user_global'))")
+
+
+def test_unwinder_commands_see_no_plugin(gdb_path: str, forks: Path) -> None:
+    """Where gdb's own unwinder serves every objfile (their symbol files
+    attached), gdb's unwinder commands see what they see on the twin: no
+    ``sframe`` in ``info unwinder``, and ``disable unwinder global .*``
+    disables the user's one alone."""
+    commands = [_USER_UNWINDER, "info unwinder", "break marker", "run", "info unwinder",
+                "disable unwinder global .*", "info unwinder", "bt", "enable unwinder global .*",
+                "up", "info frame"]
+    twin, ours = (_session(gdb_path, forks, which, commands, program="forks")
+                  for which in ("twin", "noeh"))
+    _same(commands, twin, ours)
+    assert "1 unwinder disabled" in twin[5], twin[5]
 
 
 def test_record_and_reverse(gdb_path: str, sessions: Path) -> None:

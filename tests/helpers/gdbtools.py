@@ -28,9 +28,11 @@ LOADED_LINE = "sframe: SFrame unwinder ready (help sframe)"
 PROMPT = "(gdb-sframe-test) "
 TIMEOUT = 60  # seconds for one command; a 10,000-frame bt takes a few
 
-# The gdbs the suite runs under: the system one and the one scripts/setup.sh installs.
+# The gdbs the suite runs under: the system one and those scripts/setup.sh
+# installs (16, Debian 13's version; 17 and 18).
 GDBS = {
     "gdb13": os.environ.get("SFRAME_GDB13", "/usr/bin/gdb"),
+    "gdb16": os.environ.get("SFRAME_GDB16", str(ROOT / ".debuggers" / "bin" / "gdb-16")),
     "gdb17": os.environ.get("SFRAME_GDB17", str(ROOT / ".debuggers" / "bin" / "gdb-17")),
     "gdb18": os.environ.get("SFRAME_GDB18", str(ROOT / ".debuggers" / "bin" / "gdb-18")),
 }
