@@ -72,6 +72,13 @@ def connect(plugin: SFrameUnwinder) -> None:
         except Exception as exc:  # noqa: BLE001
             warn(f"cannot read the section table: {exc}")
 
+    def on_new_thread(event) -> None:
+        if routes is not None:
+            try:
+                routes.on_new_thread(event)  # a core's: its files waited for
+            except Exception as exc:  # noqa: BLE001
+                warn(f"symbol file: {type(exc).__name__}: {exc}")
+
     def on_cont(event=None) -> None:
         plugin.forget_frames()
         if routes is not None:
@@ -86,6 +93,7 @@ def connect(plugin: SFrameUnwinder) -> None:
         ("executable_changed", on_anything),  # GDB 14+
         ("corefile_changed", on_anything),  # GDB 18
         ("exited", on_anything),
+        ("new_thread", on_new_thread),
         ("cont", on_cont),
         ("memory_changed", plugin.forget_frames),
         ("register_changed", plugin.forget_frames),

@@ -29,7 +29,6 @@ why.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -37,8 +36,8 @@ import gdb
 
 from sframe_core.base.errors import SFrameError
 from sframe_core.format.elf import read_elf
-from sframe_core.symfiles.jobs import FOREGROUND_FDES, Job, JobResult, made_at_once, symbol_file_now
-from sframe_core.symfiles.symfile import cache_dir, cached_symbol_file, read_module
+from sframe_core.symfiles.jobs import FOREGROUND_FDES, NICE, Job, JobResult, made_at_once, symbol_file_now
+from sframe_core.symfiles.symfile import ModuleInfo, cache_dir, cached_symbol_file, read_module
 
 __all__ = ["Route", "Routes", "SETTINGS", "FOREGROUND_FDES", "NATIVE", "PENDING", "FALLBACK",
            "OWN_CFI", "HELD"]
@@ -181,8 +180,9 @@ class Routes:
             self._held = _held_at(event)
         if self._held:
             return
+        whole = batch_mode()
         for path, job in list(self._jobs.items()) if event is not None else ():
-            result = job.result_at_stop()
+            result = _whole(job) if whole else job.result_at_stop()
             if result is not None:
                 # Its posted ``_worker_done`` finds the routes attached.
                 del self._jobs[path]
@@ -192,6 +192,25 @@ class Routes:
         ready, self._ready = self._ready, {}
         for path, result in ready.items():
             self._finish(path, result)
+
+    def on_new_thread(self, event: object) -> None:
+        """A core's thread (gdb adds it as it opens the core, before it shows
+        the core's first frame): the workers' files are waited for, whole,
+        so that the core's frames, from the first one on, are gdb's own (its
+        tail-call frames and entry values, the twin's), where nothing would
+        attach them before the user's ``bt`` (``gdb -batch -ex bt PROG
+        CORE``) and the Python unwinder would serve it without them."""
+        if not self._jobs:
+            return
+        thread = getattr(event, "inferior_thread", None)
+        inferior = getattr(thread, "inferior", None)
+        if inferior is None or not _core(inferior):
+            return
+        for path, job in list(self._jobs.items()):
+            result = _whole(job)
+            if result is not None:
+                del self._jobs[path]
+                self._finish(path, result)
 
     # Deciding --------------------------------------------------------------------
 
@@ -253,14 +272,14 @@ class Routes:
             return Route(FALLBACK, path, str(exc))
         if cached is not None:
             return self._attach(objfile, path, cached.path)
-        if self.setting == "foreground" or made_at_once(path):
+        if self.setting == "foreground" or made_at_once(path) or _core(gdb.selected_inferior()):
             try:
                 made = symbol_file_now(path, function_symbols=False, module=module)
             except SFrameError as exc:
                 return Route(FALLBACK, path, str(exc))
             self._warn(made.warning)
             return self._attach(objfile, path, made.path)
-        return self._start(path)
+        return self._start(path, module)
 
     @staticmethod
     def _attached(objfile) -> str | None:
@@ -281,13 +300,23 @@ class Routes:
 
     # Workers ---------------------------------------------------------------------
 
-    def _start(self, path: str) -> Route:
-        if path not in self._jobs:
+    def _start(self, path: str, module: ModuleInfo | None = None) -> Route:
+        job = self._jobs.get(path)
+        if job is None:
             def done(result: JobResult, path: str = path) -> None:
                 # A worker's thread: gdb is touched only from its own.
                 gdb.post_event(lambda: self._worker_done(path, result))
-            self._jobs[path] = Job(path, done, function_symbols=False)
-        return Route(PENDING, path, "symbol file being made", time.monotonic())
+            # In batch mode gdb waits for the file at the first stop
+            # (``on_stop``), so the worker runs at gdb's priority, and its
+            # result is taken there, never posted (gdb 13 crashes at exit
+            # on a posted event it never ran: batch mode runs none between
+            # commands).
+            batch = batch_mode()
+            job = self._jobs[path] = Job(path, done, function_symbols=False, module=module,
+                                         nice=0 if batch else NICE)
+            if batch:
+                job.claim()
+        return Route(PENDING, path, _being_made(job), job.started)
 
     def on_resume(self) -> None:
         self._held = False
@@ -328,6 +357,78 @@ class Routes:
         for job in self._jobs.values():
             job.cancel()
         self._jobs.clear()
+
+
+def _being_made(job: Job) -> str:
+    """A PENDING route's detail: who makes its file."""
+    if job.elsewhere is None:
+        return "symbol file being made"
+    who = f" (process {job.elsewhere})" if job.elsewhere else ""
+    return f"symbol file being made by another session's worker{who}"
+
+
+def _whole(job: Job) -> JobResult | None:
+    """The job's result, waited for until it is done (None: Ctrl-C gave up
+    the wait, and the Python unwinder serves meanwhile)."""
+    job.claim()
+    try:
+        while job.running():
+            job.result_within(0.1)
+    except KeyboardInterrupt:
+        return None
+    return job.result
+
+
+def _core(inferior: object) -> bool:
+    """Is ``inferior`` a core file's (gdb 13+: ``Inferior.connection``)?"""
+    try:
+        connection = getattr(inferior, "connection", None)
+        return connection is not None and getattr(connection, "type", None) == "core"
+    except (RuntimeError, gdb.error):
+        return False
+
+
+# gdb's options that take a value as the next argument (gdb(1); one or two
+# dashes, as getopt_long_only reads them).
+_VALUED = frozenset({"ex", "iex", "eval-command", "init-eval-command", "x", "ix", "command",
+                     "init-command", "p", "pid", "c", "core", "s", "symbols", "e", "exec", "se",
+                     "cd", "d", "directory", "D", "data-directory", "l", "i", "interpreter",
+                     "tty", "b"})
+_BATCH: bool | None = None
+
+
+def batch_mode() -> bool:
+    """Was gdb started with ``-batch`` (or ``-batch-silent``)? Its commands
+    then run once, with no prompt where a file a worker made later would be
+    attached: a stop waits for the whole file (``on_stop``), as a core's
+    first frame does, since the user waits for exactly that answer."""
+    global _BATCH
+    if _BATCH is None:
+        try:
+            with open("/proc/self/cmdline", "rb") as stream:
+                words = stream.read().decode("utf-8", "replace").split("\0")[1:]
+        except OSError:
+            words = []
+        _BATCH = _has_batch(words)
+    return _BATCH
+
+
+def _has_batch(words: list[str]) -> bool:
+    """Does a gdb command line (without its argv[0]) hold ``-batch``?"""
+    value = False
+    for word in words:
+        if value:
+            value = False
+            continue
+        if not word.startswith("-") or word in ("-", "--"):
+            continue
+        name = word.lstrip("-")
+        if name in ("args",):
+            break  # the program's own arguments follow (after its name)
+        if name in ("batch", "batch-silent"):
+            return True
+        value = "=" not in name and name in _VALUED
+    return False
 
 
 def _held_at(event: object) -> bool:
