@@ -36,7 +36,7 @@ import gdb
 
 from sframe_core.base.errors import SFrameError
 from sframe_core.format.elf import read_elf
-from sframe_core.symfiles.jobs import FOREGROUND_FDES, NICE, Job, JobResult, made_at_once, symbol_file_now
+from sframe_core.symfiles.jobs import FOREGROUND_FDES, Job, JobResult, made_at_once, symbol_file_now
 from sframe_core.symfiles.symfile import ModuleInfo, cache_dir, cached_symbol_file, read_module
 
 __all__ = ["Route", "Routes", "SETTINGS", "FOREGROUND_FDES", "NATIVE", "PENDING", "FALLBACK",
@@ -180,9 +180,8 @@ class Routes:
             self._held = _held_at(event)
         if self._held:
             return
-        whole = batch_mode()
         for path, job in list(self._jobs.items()) if event is not None else ():
-            result = _whole(job) if whole else job.result_at_stop()
+            result = job.result_at_stop()
             if result is not None:
                 # Its posted ``_worker_done`` finds the routes attached.
                 del self._jobs[path]
@@ -272,7 +271,13 @@ class Routes:
             return Route(FALLBACK, path, str(exc))
         if cached is not None:
             return self._attach(objfile, path, cached.path)
-        if self.setting == "foreground" or made_at_once(path) or _core(gdb.selected_inferior()):
+        # Made before gdb goes on where the user waits for exactly the
+        # answer it gives: a small module, gdb in batch mode (its commands
+        # run once, the first stop's line and ``bt`` included, with no
+        # prompt where a file made later would be attached), a core being
+        # opened (its first frame is shown at once).
+        if self.setting == "foreground" or made_at_once(path) or batch_mode() \
+                or _core(gdb.selected_inferior()):
             try:
                 made = symbol_file_now(path, function_symbols=False, module=module)
             except SFrameError as exc:
@@ -306,16 +311,7 @@ class Routes:
             def done(result: JobResult, path: str = path) -> None:
                 # A worker's thread: gdb is touched only from its own.
                 gdb.post_event(lambda: self._worker_done(path, result))
-            # In batch mode gdb waits for the file at the first stop
-            # (``on_stop``), so the worker runs at gdb's priority, and its
-            # result is taken there, never posted (gdb 13 crashes at exit
-            # on a posted event it never ran: batch mode runs none between
-            # commands).
-            batch = batch_mode()
-            job = self._jobs[path] = Job(path, done, function_symbols=False, module=module,
-                                         nice=0 if batch else NICE)
-            if batch:
-                job.claim()
+            job = self._jobs[path] = Job(path, done, function_symbols=False, module=module)
         return Route(PENDING, path, _being_made(job), job.started)
 
     def on_resume(self) -> None:
@@ -400,8 +396,8 @@ _BATCH: bool | None = None
 def batch_mode() -> bool:
     """Was gdb started with ``-batch`` (or ``-batch-silent``)? Its commands
     then run once, with no prompt where a file a worker made later would be
-    attached: a stop waits for the whole file (``on_stop``), as a core's
-    first frame does, since the user waits for exactly that answer."""
+    attached, and gdb exits: a missing file is made before gdb goes on
+    (``_decide``), since the user waits for exactly the answer it gives."""
     global _BATCH
     if _BATCH is None:
         try:

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 __all__ = ["LOCK_PREFIX", "TMP_PREFIX", "lock_path", "tmp_prefix", "holding", "holder",
-           "remove_leftovers"]
+           "remove_leftovers", "remove_stale"]
 
 LOCK_PREFIX = ".sframe-lock-"
 TMP_PREFIX = ".sframe-tmp-"  # a file being written, renamed into place when whole
@@ -93,10 +93,14 @@ def _acquire(path: str) -> int | None:
 def holder(target: str) -> int | None:
     """The process making cache entry ``target`` now: its id (0 before it
     wrote it), or None when no process holds the lock."""
+    return _holder(lock_path(target))
+
+
+def _holder(path: str) -> int | None:
     import fcntl
 
     try:
-        fd = os.open(lock_path(target), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -128,3 +132,27 @@ def remove_leftovers(target: str) -> None:
                 os.unlink(os.path.join(directory, name))
             except OSError:
                 pass
+
+
+def remove_stale(directory: str, max_age: float, now: float) -> int:
+    """Remove the lock files in ``directory`` left by makers that died
+    (killed: none removes its own otherwise) over ``max_age`` seconds ago
+    and that nobody holds; how many. A lock file is only a name: one taken
+    again meanwhile is held, and kept."""
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith(LOCK_PREFIX):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if now - os.lstat(path).st_mtime <= max_age or _holder(path) is not None:
+                continue
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            continue
+    return removed
