@@ -147,6 +147,8 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
             return
         plugin = self.plugin
         routes = plugin.routes
+        if routes is not None:
+            routes.take_finished()  # what it says is then so
         progspace = gdb.current_progspace()
         plugin.refresh()
         entries = plugin.tables_entries(progspace)

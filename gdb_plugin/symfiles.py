@@ -107,6 +107,12 @@ class Routes:
         # Stopped where attaching would leave gdb warning at every prompt
         # (``_held_at``): the ready files wait for the next stop.
         self._held = False
+        # Has gdb shown its first prompt? Before, it runs the commands of
+        # its command line and scripts one after another, and may exit
+        # (``-ex quit``) with a posted event it never ran, which crashes
+        # gdb 13 as it exits: a worker's result is then taken at the next
+        # stop or prompt instead (``on_stop``).
+        self._prompted = False
         self._warned: set[str] = set()
         # Objfiles whose file on this machine has section headers and no
         # .sframe: gdb lists no .sframe of theirs either (``adds_no_sframe``).
@@ -171,6 +177,19 @@ class Routes:
         if self._routes.pop(objfile, None) is not None:
             self._changed(objfile.progspace)
 
+    def take_finished(self) -> None:
+        """Attach the files of workers done (``info sframe``: before the
+        first prompt nothing else takes them between commands)."""
+        if self._held or _running():
+            return
+        for path, job in list(self._jobs.items()):
+            if job.result is not None:
+                del self._jobs[path]
+                self._ready[path] = job.result
+        ready, self._ready = self._ready, {}
+        for path, result in ready.items():
+            self._finish(path, result)
+
     def on_stop(self, event: object = None) -> None:
         """Attach the symbol files workers finished while the inferior ran
         (at a stop ``event``: and those of workers nearly done,
@@ -178,10 +197,15 @@ class Routes:
         tail-call frames included)."""
         if event is not None:
             self._held = _held_at(event)
+        else:
+            self._prompted = True
         if self._held:
             return
-        for path, job in list(self._jobs.items()) if event is not None else ():
-            result = job.result_at_stop()
+        for path, job in list(self._jobs.items()):
+            # At a prompt: the results of workers done (not posted before
+            # the first prompt, ``_start``), unless the program runs.
+            result = job.result_at_stop() if event is not None else \
+                (job.result if not _running() else None)
             if result is not None:
                 # Its posted ``_worker_done`` finds the routes attached.
                 del self._jobs[path]
@@ -309,8 +333,10 @@ class Routes:
         job = self._jobs.get(path)
         if job is None:
             def done(result: JobResult, path: str = path) -> None:
-                # A worker's thread: gdb is touched only from its own.
-                gdb.post_event(lambda: self._worker_done(path, result))
+                # A worker's thread: gdb is touched only from its own, and
+                # only once it has shown a prompt (``_prompted``).
+                if self._prompted:
+                    gdb.post_event(lambda: self._worker_done(path, result))
             job = self._jobs[path] = Job(path, done, function_symbols=False, module=module)
         return Route(PENDING, path, _being_made(job), job.started)
 

@@ -261,3 +261,20 @@ def test_killed_worker_leaves_no_half_written_file(lua: Path, tmp_path: Path) ->
     ours = _batch(gdb, lua, "noeh", ["bt"], env=_env(cache, WORKER))
     assert ours == _batch(gdb, lua, "twin", ["bt"])
     assert os.path.isfile(entry) and _leftovers(directory) == []
+
+
+def test_session_that_quits_from_its_command_line_after_its_worker(gdb13_18: str, lua: Path,
+                                                                   tmp_path: Path) -> None:
+    """``gdb -ex ... -ex quit`` (no batch): the worker is done before the
+    commands end; its file is attached at ``info sframe`` and gdb quits
+    cleanly (gdb 13 crashed as it exited with an event posted by the
+    worker's thread that it never ran: none is posted before the first prompt)."""
+    wait = ("python import gdb; [job.wait() for job in "
+            "list(gdb._sframe_gdb_plugin.routes._jobs.values())]")  # the worker, done
+    run = subprocess.run([gdb13_18, "-nx", "-q", "-iex", f"source {PLUGIN}", "-ex", wait,
+                          "-ex", "info sframe", "-ex", "quit", str(lua / "noeh" / "lua5.4")],
+                         stdin=subprocess.DEVNULL, env=_env(tmp_path / "cache", WORKER),
+                         capture_output=True, text=True, timeout=HANG_GUARD)
+    assert run.returncode == 0 and "Fatal signal" not in run.stderr, run.stderr
+    entry = _cache_entry(lua, tmp_path / "cache")
+    assert f"unwound by gdb's DWARF unwinder from the symbol file {entry}" in run.stdout, run.stdout
