@@ -178,9 +178,13 @@ class Routes:
             self._changed(objfile.progspace)
 
     def take_finished(self) -> None:
-        """Attach the files of workers done (``info sframe``: before the
-        first prompt nothing else takes them between commands)."""
-        if self._held or _running():
+        """Attach the files of workers done, at a prompt (``info sframe``
+        too: before the first prompt nothing else takes them between
+        commands); not while the program runs, nor while a frame other than
+        the newest is selected (attaching makes gdb unwind again from frame
+        0 and select it: ``frame 2`` then ``info frame`` would show frame 0),
+        nor after a stop that holds them: the next stop attaches them."""
+        if self._held or _running() or _frame_selected():
             return
         for path, job in list(self._jobs.items()):
             if job.result is not None:
@@ -194,24 +198,20 @@ class Routes:
         """Attach the symbol files workers finished while the inferior ran
         (at a stop ``event``: and those of workers nearly done,
         ``Job.result_at_stop``, so that the stop's ``bt`` is gdb's own,
-        tail-call frames included)."""
-        if event is not None:
-            self._held = _held_at(event)
-        else:
+        tail-call frames included); ``event`` None: a prompt (``take_finished``)."""
+        if event is None:
             self._prompted = True
+            self.take_finished()
+            return
+        self._held = _held_at(event)
         if self._held:
             return
         for path, job in list(self._jobs.items()):
-            # At a prompt: the results of workers done (not posted before
-            # the first prompt, ``_start``), unless the program runs.
-            result = job.result_at_stop() if event is not None else \
-                (job.result if not _running() else None)
+            result = job.result_at_stop()
             if result is not None:
                 # Its posted ``_worker_done`` finds the routes attached.
                 del self._jobs[path]
                 self._ready[path] = result
-        if not self._ready:
-            return
         ready, self._ready = self._ready, {}
         for path, result in ready.items():
             self._finish(path, result)
@@ -347,8 +347,8 @@ class Routes:
         # Run by gdb's event loop (gdb.post_event): nothing may escape.
         try:
             self._jobs.pop(path, None)
-            if self._held or _running():
-                self._ready[path] = result  # attached at the next stop
+            if self._held or _running() or _frame_selected():
+                self._ready[path] = result  # attached at the next stop or prompt
                 if self._held:
                     for objfile, route in list(self.routes()):
                         if route.kind == PENDING and route.path == path:
@@ -467,6 +467,14 @@ def _held_at(event: object) -> bool:
         except (AttributeError, RuntimeError, gdb.error):
             continue  # gdb without Breakpoint.locations: no location numbers either
     return False
+
+
+def _frame_selected() -> bool:
+    """Is a frame other than the newest selected (``frame N``, ``up``)?"""
+    try:
+        return gdb.selected_frame().level() > 0
+    except (gdb.error, RuntimeError):
+        return False
 
 
 def _running() -> bool:

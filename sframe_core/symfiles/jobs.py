@@ -429,12 +429,20 @@ class Job:
     def result_at_stop(self) -> JobResult | None:
         """The result, waited for if the worker is expected to be done within
         ``stop_wait()`` (once: a worker slower than expected is not waited
-        for at every stop); None: the adapter's own unwinder serves."""
+        for at every stop); None: the adapter's own unwinder serves.
+
+        Once it waits, it waits up to twice that bound, whatever the
+        estimate said: on a loaded machine a worker at ``NICE`` takes longer
+        than its pace so far says, and a wait cut at twice the estimate left
+        some first stops to the adapter's own unwinder (without gdb's
+        tail-call frames) for the sake of a few tenths of a second; the
+        bound keeps a first stop within about twice the time gdb took to
+        reach it (``stop_wait``)."""
         if self.result is None and not self._waited_at_stop:
             wait = stop_wait()
-            if wait > 0 and (remaining := self.remaining()) <= wait:
+            if wait > 0 and self.remaining() <= wait:
                 self._waited_at_stop = True
-                return self.result_within(min(2 * remaining + 0.1, 2 * wait))
+                return self.result_within(2 * wait)
         return self.result
 
     def cancel(self) -> None:
