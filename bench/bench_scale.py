@@ -259,7 +259,7 @@ def _wait_for_workers(binary: Path, timeout: float = 1800) -> None:
 
 def gdb_first_bt(gdb: str, binary: Path, stop: str, args: list[str], plugin: bool = False,
                  cache: Path | None = None, *, batch: bool = True,
-                 core: Path | None = None) -> Run:
+                 core: Path | None = None, cpu: list[float] | None = None) -> Run:
     """(seconds from starting gdb to the end of its first ``bt``, frames); with
     ``plugin``, ``source sframe_gdb.py`` first (``-iex``, as from a gdbinit),
     its symbol files in ``cache`` (the default ``set sframe symbol-files
@@ -267,7 +267,10 @@ def gdb_first_bt(gdb: str, binary: Path, stop: str, args: list[str], plugin: boo
     goes on; else the same commands in a session that is not (stdin at its
     end: gdb quits after them), whose first stop waits for a large module's
     worker only if it is nearly done (the Python unwinder serves it
-    otherwise). ``core``: ``bt`` of that core (no ``break``/``run``)."""
+    otherwise). ``core``: ``bt`` of that core (no ``break``/``run``).
+    ``cpu``: gets the CPU seconds of gdb and the processes it waited for
+    (the program, the workers it waited for), which a loaded machine
+    changes less than the wall time."""
     from tests.helpers.gdbtools import PLUGIN, clean_env, parse_bt
 
     command = [gdb, "-nx", "-iex", "set pagination off", "-iex", "set confirm off"]
@@ -287,10 +290,16 @@ def gdb_first_bt(gdb: str, binary: Path, stop: str, args: list[str], plugin: boo
     if core is None:
         command += ["-ex", f"break {stop}", "-ex", "run " + " ".join(args) + " > /dev/null"]
     command += ["-ex", "bt", str(binary)] + ([str(core)] if core is not None else [])
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     out = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env,
                          stdin=subprocess.DEVNULL)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if cache is not None:
         _wait_for_workers(binary)
     # The frames of the last bt (a core's first frame is shown before it).
@@ -368,6 +377,7 @@ def measure(label: str, twin: Path, noeh: Path, stop: str, args: list[str], opts
         # wait); core: ``gdb -batch -ex bt PROG CORE``.
         for case, batch in (("batch", True), ("interactive", False), ("core", True)):
             variants: dict[str, list[Run]] = {"native": [], "cold": [], "warm": []}
+            cpu: dict[str, list[float]] = {name: [] for name in variants}
             for _ in range(opts.runs):
                 cold_cache = Path(tempfile.mkdtemp(prefix="gdb-cold-", dir=work))
                 for variant, binary, cache in (("native", twin, None), ("cold", noeh, cold_cache),
@@ -375,8 +385,14 @@ def measure(label: str, twin: Path, noeh: Path, stop: str, args: list[str], opts
                     core = None if case != "core" else cores["twin" if binary == twin else "noeh"]
                     variants[variant].append(gdb_first_bt(
                         opts.gdb, binary, stop, args, binary != twin, cache, batch=batch,
-                        core=core))
+                        core=core, cpu=cpu[variant]))
             agree = _report(f"gdb ({gdb}, the plugin) {case}", variants)
+            native_cpu = statistics.median(cpu["native"])
+            print(f"    CPU (gdb, the program, the workers gdb waited for): native "
+                  f"{native_cpu:.2f} s, cold {statistics.median(cpu['cold']):.2f} s, warm "
+                  f"{statistics.median(cpu['warm']):.2f} s; ratio cold "
+                  f"{statistics.median(cpu['cold']) / native_cpu:.2f}x, warm "
+                  f"{statistics.median(cpu['warm']) / native_cpu:.2f}x", flush=True)
             # An interactive first stop is the Python unwinder's where the
             # worker is not nearly done: the twin's frames but its tail-call
             # frames (docs/gdb.md); the figure is its time.
