@@ -161,6 +161,8 @@ the unwinder uses it in the current mode.  With ADDRESS: like `sframe lookup'.""
             return
         plugin = self.plugin
         routes = plugin.routes
+        if routes is not None:
+            routes.take_finished()  # what it says is then so
         progspace = gdb.current_progspace()
         plugin.refresh()
         entries = plugin.tables_entries(progspace)
@@ -206,6 +208,12 @@ def _listing(plugin: SFrameUnwinder) -> str:
             "(gdb's own unwinder serves each).")
 
 
+# What a backtrace lacks while the Python unwinder serves an objfile whose
+# file is being made: what only gdb's own DWARF unwinder makes.
+PENDING_MISSING = ("tail-call frames and entry values (x@entry) are gdb's own only once it is "
+                   "ready; frame numbers after a missing tail-call frame are one less")
+
+
 def _served_by(mode: str, cfi: list[str], route: Route | None) -> str:
     """Which unwinder serves an objfile with SFrame, in words."""
     if route is not None and route.kind == NATIVE and mode != "always":
@@ -221,8 +229,10 @@ def _served_by(mode: str, cfi: list[str], route: Route | None) -> str:
                 "is ready, attached then (not at this stop at a breakpoint of several "
                 "locations, where gdb would warn after every command)")
     if route is not None and route.kind == PENDING:
-        return (f"unwound by the sframe unwinder until its symbol file is ready (being made for "
-                f"{time.monotonic() - route.since:.1f} s)")
+        who = route.detail.partition(" being made")[2].strip()
+        return (f"unwound by the sframe unwinder until its symbol file is ready (being made"
+                f"{' ' + who if who else ''} for {time.monotonic() - route.since:.1f} s); "
+                f"{PENDING_MISSING}")
     if route is not None and route.kind == FALLBACK:
         return f"unwound by the sframe unwinder: no symbol file ({route.detail})"
     return "unwound by the sframe unwinder"

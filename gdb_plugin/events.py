@@ -178,8 +178,14 @@ def connect(plugin: SFrameUnwinder) -> None:
             warn(f"cannot read the section table: {exc}")
 
     def on_new_thread(event=None) -> None:
-        # A process to unwind (``run``, ``attach``): the unwinder is listed
-        # before its first stop if an objfile needs it.
+        # A core's files are waited for; then a process to unwind (``run``,
+        # ``attach``, a core) lists the unwinder before its first stop if an
+        # objfile needs it.
+        if routes is not None:
+            try:
+                routes.on_new_thread(event)
+            except Exception as exc:  # noqa: BLE001
+                warn(f"symbol file: {type(exc).__name__}: {exc}")
         try:
             plugin.list_if_needed()
         except Exception as exc:  # noqa: BLE001
@@ -199,8 +205,8 @@ def connect(plugin: SFrameUnwinder) -> None:
         ("executable_changed", on_anything),  # GDB 14+
         ("corefile_changed", on_anything),  # GDB 18
         ("exited", on_anything),
-        ("cont", on_cont),
         ("new_thread", on_new_thread),
+        ("cont", on_cont),
         ("memory_changed", plugin.forget_frames),
         ("register_changed", plugin.forget_frames),
         ("stop", on_stop),

@@ -29,7 +29,6 @@ why.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -38,7 +37,7 @@ import gdb
 from sframe_core.base.errors import SFrameError
 from sframe_core.format.elf import read_elf
 from sframe_core.symfiles.jobs import FOREGROUND_FDES, Job, JobResult, made_at_once, symbol_file_now
-from sframe_core.symfiles.symfile import cache_dir, cached_symbol_file, read_module
+from sframe_core.symfiles.symfile import ModuleInfo, cache_dir, cached_symbol_file, read_module
 
 __all__ = ["Route", "Routes", "SETTINGS", "FOREGROUND_FDES", "NATIVE", "PENDING", "FALLBACK",
            "OWN_CFI", "HELD"]
@@ -108,6 +107,12 @@ class Routes:
         # Stopped where attaching would leave gdb warning at every prompt
         # (``_held_at``): the ready files wait for the next stop.
         self._held = False
+        # Has gdb shown its first prompt? Before, it runs the commands of
+        # its command line and scripts one after another, and may exit
+        # (``-ex quit``) with a posted event it never ran, which crashes
+        # gdb 13 as it exits: a worker's result is then taken at the next
+        # stop or prompt instead (``on_stop``).
+        self._prompted = False
         self._warned: set[str] = set()
         # Objfiles whose file on this machine has section headers and no
         # .sframe: gdb lists no .sframe of theirs either (``adds_no_sframe``).
@@ -172,26 +177,63 @@ class Routes:
         if self._routes.pop(objfile, None) is not None:
             self._changed(objfile.progspace)
 
+    def take_finished(self) -> None:
+        """Attach the files of workers done, at a prompt (``info sframe``
+        too: before the first prompt nothing else takes them between
+        commands); not while the program runs, nor while a frame other than
+        the newest is selected (attaching makes gdb unwind again from frame
+        0 and select it: ``frame 2`` then ``info frame`` would show frame 0),
+        nor after a stop that holds them: the next stop attaches them."""
+        if self._held or _running() or _frame_selected():
+            return
+        for path, job in list(self._jobs.items()):
+            if job.result is not None:
+                del self._jobs[path]
+                self._ready[path] = job.result
+        ready, self._ready = self._ready, {}
+        for path, result in ready.items():
+            self._finish(path, result)
+
     def on_stop(self, event: object = None) -> None:
         """Attach the symbol files workers finished while the inferior ran
         (at a stop ``event``: and those of workers nearly done,
         ``Job.result_at_stop``, so that the stop's ``bt`` is gdb's own,
-        tail-call frames included)."""
-        if event is not None:
-            self._held = _held_at(event)
+        tail-call frames included); ``event`` None: a prompt (``take_finished``)."""
+        if event is None:
+            self._prompted = True
+            self.take_finished()
+            return
+        self._held = _held_at(event)
         if self._held:
             return
-        for path, job in list(self._jobs.items()) if event is not None else ():
+        for path, job in list(self._jobs.items()):
             result = job.result_at_stop()
             if result is not None:
                 # Its posted ``_worker_done`` finds the routes attached.
                 del self._jobs[path]
                 self._ready[path] = result
-        if not self._ready:
-            return
         ready, self._ready = self._ready, {}
         for path, result in ready.items():
             self._finish(path, result)
+
+    def on_new_thread(self, event: object) -> None:
+        """A core's thread (gdb adds it as it opens the core, before it shows
+        the core's first frame): the workers' files are waited for, whole,
+        so that the core's frames, from the first one on, are gdb's own (its
+        tail-call frames and entry values, the twin's), where nothing would
+        attach them before the user's ``bt`` (``gdb -batch -ex bt PROG
+        CORE``) and the Python unwinder would serve it without them."""
+        if not self._jobs:
+            return
+        thread = getattr(event, "inferior_thread", None)
+        inferior = getattr(thread, "inferior", None)
+        if inferior is None or not _core(inferior):
+            return
+        for path, job in list(self._jobs.items()):
+            result = _whole(job)
+            if result is not None:
+                del self._jobs[path]
+                self._finish(path, result)
 
     # Deciding --------------------------------------------------------------------
 
@@ -253,14 +295,20 @@ class Routes:
             return Route(FALLBACK, path, str(exc))
         if cached is not None:
             return self._attach(objfile, path, cached.path)
-        if self.setting == "foreground" or made_at_once(path):
+        # Made before gdb goes on where the user waits for exactly the
+        # answer it gives: a small module, gdb in batch mode (its commands
+        # run once, the first stop's line and ``bt`` included, with no
+        # prompt where a file made later would be attached), a core being
+        # opened (its first frame is shown at once).
+        if self.setting == "foreground" or made_at_once(path) or batch_mode() \
+                or _core(gdb.selected_inferior()):
             try:
                 made = symbol_file_now(path, function_symbols=False, module=module)
             except SFrameError as exc:
                 return Route(FALLBACK, path, str(exc))
             self._warn(made.warning)
             return self._attach(objfile, path, made.path)
-        return self._start(path)
+        return self._start(path, module)
 
     @staticmethod
     def _attached(objfile) -> str | None:
@@ -281,13 +329,16 @@ class Routes:
 
     # Workers ---------------------------------------------------------------------
 
-    def _start(self, path: str) -> Route:
-        if path not in self._jobs:
+    def _start(self, path: str, module: ModuleInfo | None = None) -> Route:
+        job = self._jobs.get(path)
+        if job is None:
             def done(result: JobResult, path: str = path) -> None:
-                # A worker's thread: gdb is touched only from its own.
-                gdb.post_event(lambda: self._worker_done(path, result))
-            self._jobs[path] = Job(path, done, function_symbols=False)
-        return Route(PENDING, path, "symbol file being made", time.monotonic())
+                # A worker's thread: gdb is touched only from its own, and
+                # only once it has shown a prompt (``_prompted``).
+                if self._prompted:
+                    gdb.post_event(lambda: self._worker_done(path, result))
+            job = self._jobs[path] = Job(path, done, function_symbols=False, module=module)
+        return Route(PENDING, path, _being_made(job), job.started)
 
     def on_resume(self) -> None:
         self._held = False
@@ -296,8 +347,8 @@ class Routes:
         # Run by gdb's event loop (gdb.post_event): nothing may escape.
         try:
             self._jobs.pop(path, None)
-            if self._held or _running():
-                self._ready[path] = result  # attached at the next stop
+            if self._held or _running() or _frame_selected():
+                self._ready[path] = result  # attached at the next stop or prompt
                 if self._held:
                     for objfile, route in list(self.routes()):
                         if route.kind == PENDING and route.path == path:
@@ -330,6 +381,78 @@ class Routes:
         self._jobs.clear()
 
 
+def _being_made(job: Job) -> str:
+    """A PENDING route's detail: who makes its file."""
+    if job.elsewhere is None:
+        return "symbol file being made"
+    who = f" (process {job.elsewhere})" if job.elsewhere else ""
+    return f"symbol file being made by another session's worker{who}"
+
+
+def _whole(job: Job) -> JobResult | None:
+    """The job's result, waited for until it is done (None: Ctrl-C gave up
+    the wait, and the Python unwinder serves meanwhile)."""
+    job.claim()
+    try:
+        while job.running():
+            job.result_within(0.1)
+    except KeyboardInterrupt:
+        return None
+    return job.result
+
+
+def _core(inferior: object) -> bool:
+    """Is ``inferior`` a core file's (gdb 13+: ``Inferior.connection``)?"""
+    try:
+        connection = getattr(inferior, "connection", None)
+        return connection is not None and getattr(connection, "type", None) == "core"
+    except (RuntimeError, gdb.error):
+        return False
+
+
+# gdb's options that take a value as the next argument (gdb(1); one or two
+# dashes, as getopt_long_only reads them).
+_VALUED = frozenset({"ex", "iex", "eval-command", "init-eval-command", "x", "ix", "command",
+                     "init-command", "p", "pid", "c", "core", "s", "symbols", "e", "exec", "se",
+                     "cd", "d", "directory", "D", "data-directory", "l", "i", "interpreter",
+                     "tty", "b"})
+_BATCH: bool | None = None
+
+
+def batch_mode() -> bool:
+    """Was gdb started with ``-batch`` (or ``-batch-silent``)? Its commands
+    then run once, with no prompt where a file a worker made later would be
+    attached, and gdb exits: a missing file is made before gdb goes on
+    (``_decide``), since the user waits for exactly the answer it gives."""
+    global _BATCH
+    if _BATCH is None:
+        try:
+            with open("/proc/self/cmdline", "rb") as stream:
+                words = stream.read().decode("utf-8", "replace").split("\0")[1:]
+        except OSError:
+            words = []
+        _BATCH = _has_batch(words)
+    return _BATCH
+
+
+def _has_batch(words: list[str]) -> bool:
+    """Does a gdb command line (without its argv[0]) hold ``-batch``?"""
+    value = False
+    for word in words:
+        if value:
+            value = False
+            continue
+        if not word.startswith("-") or word in ("-", "--"):
+            continue
+        name = word.lstrip("-")
+        if name in ("args",):
+            break  # the program's own arguments follow (after its name)
+        if name in ("batch", "batch-silent"):
+            return True
+        value = "=" not in name and name in _VALUED
+    return False
+
+
 def _held_at(event: object) -> bool:
     """Is this a stop at a breakpoint of several locations? An objfile given
     a separate debug file makes gdb (13 to 18) set its breakpoints again, and
@@ -344,6 +467,14 @@ def _held_at(event: object) -> bool:
         except (AttributeError, RuntimeError, gdb.error):
             continue  # gdb without Breakpoint.locations: no location numbers either
     return False
+
+
+def _frame_selected() -> bool:
+    """Is a frame other than the newest selected (``frame N``, ``up``)?"""
+    try:
+        return gdb.selected_frame().level() > 0
+    except (gdb.error, RuntimeError):
+        return False
 
 
 def _running() -> bool:

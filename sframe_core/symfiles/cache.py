@@ -11,12 +11,14 @@ refreshes the file's modification time, which is its "last used" time):
 - a file used in the last ``KEEP_RECENT`` seconds is never removed, whatever
   the size: another debugger may have just chosen it and not opened it yet
   (one that has it open keeps reading it after the unlink);
-- a temporary file of an interrupted write older than a day goes.
+- a temporary file of an interrupted write older than a day goes, and so
+  does the lock file of a maker killed over a day ago that nobody holds
+  (``lock.py``; the next maker of that entry removes both before).
 
 The analysis results kept beside them (``*.analysis``,
 ``analysis_store.py``: one per module path, the last build's) count and go
 the same way. Only names this package writes are touched (``*.debug``,
-``*.analysis``, ``.sframe-tmp-*`` of either); anything else in the directory
+``*.analysis``, ``.sframe-tmp-*`` of either, ``.sframe-lock-*``); anything else in the directory
 is left alone.
 Removal races with another debugger's are harmless (a file already gone is
 skipped). ``sframe cache`` lists, prunes and clears the cache by hand.
@@ -30,12 +32,13 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from . import lock
+
 __all__ = ["Entry", "Policy", "policy", "entries", "touch", "prune", "clear", "KEEP_RECENT"]
 
 DAYS_ENV, SIZE_ENV = "SFRAME_CACHE_DAYS", "SFRAME_CACHE_MAX_MB"
 DEFAULT_DAYS, DEFAULT_MB = 30.0, 1024.0
 KEEP_RECENT = 600.0  # seconds
-_TMP_PREFIX = ".sframe-tmp-"
 _TMP_MAX_AGE = 86400.0
 
 
@@ -87,7 +90,7 @@ def entries(directory: str) -> list[Entry]:
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
-        found.append(Entry(path, st.st_size, st.st_mtime, name.startswith(_TMP_PREFIX)))
+        found.append(Entry(path, st.st_size, st.st_mtime, name.startswith(lock.TMP_PREFIX)))
     found.sort(key=lambda e: (e.used, e.path))
     return found
 
@@ -119,7 +122,8 @@ def prune(directory: str, limits: Policy | None = None, *, keep: str | None = No
     """
     limits = limits or policy()
     current = now()
-    removed = freed = 0
+    removed = lock.remove_stale(directory, _TMP_MAX_AGE, current)
+    freed = 0
     kept: list[Entry] = []
     for entry in entries(directory):
         age = current - entry.used

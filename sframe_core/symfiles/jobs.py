@@ -82,6 +82,9 @@ SECONDS_PER_CODE_BYTE_NATIVE = 0.6e-6
 # absolute (0: never wait; tests set a large one to always wait).
 STOP_WAIT_SECONDS = 0.5
 STOP_WAIT_ENV = "SFRAME_STOP_WAIT_SECONDS"
+# How often a debugger that follows another process's worker (``Job``)
+# looks whether it is done.
+FOLLOW_SECONDS = 0.05
 
 
 def made_at_once(path: str) -> bool:
@@ -268,9 +271,11 @@ class Job:
 
     def __init__(self, path: str, on_done: Callable[[JobResult], None], *,
                  cache: str | None = None, function_symbols: bool = True,
-                 before_entry: bool = False, nice: int = NICE) -> None:
-        import subprocess
+                 before_entry: bool = False, nice: int = NICE,
+                 module: ModuleInfo | None = None) -> None:
         import threading
+
+        from .symfile import maker_of
 
         self.path = path
         self.result: JobResult | None = None
@@ -279,16 +284,47 @@ class Job:
         self._progress: tuple[int, int, float] | None = None  # done, of, when
         self._begun: float | None = None  # when the worker began the FDEs (``progress 0``)
         self._waited_at_stop = False
+        self._cancelled = False
+        self._claimed = False
+        self._claim_lock = threading.Lock()
         self._on_done = on_done
         self._process: subprocess.Popen[bytes] | None = None
+        self._options = (cache, function_symbols, before_entry, nice)
+        # Another process making this file (another session's worker, which
+        # outlives its session): followed, never a second worker
+        # (``lock``); its process id, 0 if it has not written it yet.
+        self.elsewhere: int | None = None
+        self._entry: str | None = None
+        try:
+            self._entry, self.elsewhere = maker_of(
+                path, cache=cache, function_symbols=function_symbols, before_entry=before_entry,
+                module=module)
+        except SFrameError:
+            pass  # the worker says what is wrong with the module, as always
+        if self.elsewhere is not None and self._entry is not None:
+            self.started = _lock_since(self._entry)
+            run = self._follow
+        elif self._spawn():
+            run = self._wait
+        else:
+            return
+        self._thread = threading.Thread(target=run, daemon=True,
+                                        name=f"sframe symbol file {os.path.basename(path)}")
+        self._thread.start()
+
+    def _spawn(self) -> bool:
+        """Start the worker process; False (and the result said) if it cannot start."""
+        import subprocess
+
+        cache, function_symbols, before_entry, nice = self._options
         python = worker_python()
         if python is None:
             self._finish(JobResult(None, "no Python interpreter found to make the symbol file in"))
-            return
+            return False
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(_import_roots())
         env.pop("PYTHONHOME", None)
-        args = [python, "-m", "sframe_core.symfiles.jobs", path]
+        args = [python, "-m", "sframe_core.symfiles.jobs", self.path]
         if cache:
             args += ["--cache", cache]
         if not function_symbols:
@@ -297,19 +333,47 @@ class Job:
             args.append("--before-entry")
         args += ["--nice", str(nice)]
         try:
+            # A session of its own: the terminal's Ctrl-C and hangup are the
+            # debugger's, and the worker outlives the debugger (its file is
+            # the next session's).
             self._process = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=env, start_new_session=True)  # the terminal's Ctrl-C is the debugger's
+                env=env, start_new_session=True)
         except OSError as exc:
             self._finish(JobResult(None, f"cannot start {python}: {exc.strerror or exc}"))
-            return
+            return False
         # At once, not only once the worker has started Python and imported
         # what it needs (0.2 s of CPU): the debugger comes first from the start.
         if nice:
             _nice_session(self._process.pid, nice)
-        self._thread = threading.Thread(target=self._wait, daemon=True,
-                                        name=f"sframe symbol file {os.path.basename(path)}")
-        self._thread.start()
+        return True
+
+    def _follow(self) -> None:
+        """Wait for another process's worker to let its lock go: its file,
+        or (it died before the file was whole) a worker of this one's."""
+        from . import lock
+        from .symfile import cached_symbol_file
+
+        assert self._entry is not None
+        while lock.holder(self._entry) is not None:
+            if self._cancelled:
+                return
+            time.sleep(FOLLOW_SECONDS)
+        if self._cancelled:
+            return
+        cache, function_symbols, before_entry, _ = self._options
+        try:
+            made = cached_symbol_file(self.path, cache=cache, function_symbols=function_symbols,
+                                      before_entry=before_entry)
+        except SFrameError:
+            made = None
+        if made is not None:
+            self._finish(JobResult(made.path, None, made.warning))
+            return
+        self.elsewhere = None
+        self.started, self._begun, self._expected = time.monotonic(), None, None
+        if self._spawn():
+            self._wait()
 
     def wait(self) -> JobResult:
         """The result, once the worker is done (for a caller that cannot go on without it)."""
@@ -350,6 +414,11 @@ class Job:
             return max(0.0, begun + self._expected - WORKER_START_SECONDS - now)
         return max(0.0, self.started + self._expected - now)
 
+    def running(self) -> bool:
+        """Is the result still to come (a worker, or the one followed, at work)?"""
+        thread = getattr(self, "_thread", None)
+        return self.result is None and thread is not None and thread.is_alive()
+
     def result_within(self, seconds: float) -> JobResult | None:
         """The result if the worker is done within ``seconds``; None: not yet."""
         thread = getattr(self, "_thread", None)
@@ -360,16 +429,26 @@ class Job:
     def result_at_stop(self) -> JobResult | None:
         """The result, waited for if the worker is expected to be done within
         ``stop_wait()`` (once: a worker slower than expected is not waited
-        for at every stop); None: the adapter's own unwinder serves."""
+        for at every stop); None: the adapter's own unwinder serves.
+
+        Once it waits, it waits up to twice that bound, whatever the
+        estimate said: on a loaded machine a worker at ``NICE`` takes longer
+        than its pace so far says, and a wait cut at twice the estimate left
+        some first stops to the adapter's own unwinder (without gdb's
+        tail-call frames) for the sake of a few tenths of a second; the
+        bound keeps a first stop within about twice the time gdb took to
+        reach it (``stop_wait``)."""
         if self.result is None and not self._waited_at_stop:
             wait = stop_wait()
-            if wait > 0 and (remaining := self.remaining()) <= wait:
+            if wait > 0 and self.remaining() <= wait:
                 self._waited_at_stop = True
-                return self.result_within(min(2 * remaining + 0.1, 2 * wait))
+                return self.result_within(2 * wait)
         return self.result
 
     def cancel(self) -> None:
-        """Stop the worker (the cache keeps nothing half-written)."""
+        """Stop the worker (the cache keeps nothing half-written), or stop
+        following another process's (which goes on)."""
+        self._cancelled = True
         process = self._process
         if process is not None and process.poll() is None:
             try:
@@ -407,9 +486,32 @@ class Job:
                                + (f": {lines[-1]}" if lines else ""))
         self._finish(result)
 
+    def claim(self) -> None:
+        """The caller waits for the result itself (``result_within``):
+        ``on_done`` is not called once it has said so. gdb 13 crashes at
+        exit on a ``gdb.post_event`` it never ran, and a batch session may
+        exit before it runs one."""
+        with self._claim_lock:
+            self._claimed = True
+
     def _finish(self, result: JobResult) -> None:
-        self.result = result
-        self._on_done(result)
+        with self._claim_lock:
+            self.result = result
+            claimed = self._claimed
+        if not claimed:
+            self._on_done(result)
+
+
+def _lock_since(entry: str) -> float:
+    """When the maker of cache entry ``entry`` took its lock, on this
+    process's ``time.monotonic`` clock (now if that cannot be read)."""
+    from .lock import lock_path
+
+    try:
+        age = time.time() - os.stat(lock_path(entry)).st_mtime
+    except OSError:
+        age = 0.0
+    return time.monotonic() - max(0.0, age)
 
 
 def _progress_report(line: bytes) -> tuple[int, int] | None:
@@ -476,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nice", type=int, default=NICE,
                         help="lower this worker's priority by N: the debugger comes first")
     args = parser.parse_args(argv)
+    _outlive_the_debugger()
     if args.nice:
         _lower_priority(args.nice)
     _few_collections()
@@ -485,15 +588,42 @@ def main(argv: list[str] | None = None) -> int:
         made = symbol_file_for(args.path, cache=args.cache, jobs=default_jobs(),
                                function_symbols=not args.no_function_symbols,
                                before_entry=args.before_entry,
-                               progress=lambda done, of: print(PROGRESS, done, of, flush=True))
+                               progress=lambda done, of: _say(f"{PROGRESS} {done} {of}"))
     except SFrameError as exc:
-        print(json.dumps({"error": str(exc)}))
+        _say(json.dumps({"error": str(exc)}))
         return 1
     except OSError as exc:
-        print(json.dumps({"error": f"{args.path}: {exc.strerror or exc}"}))
+        _say(json.dumps({"error": f"{args.path}: {exc.strerror or exc}"}))
         return 1
-    print(json.dumps({"path": made.path, "warning": made.warning}))
+    _say(json.dumps({"path": made.path, "warning": made.warning}))
     return 0
+
+
+def _outlive_the_debugger() -> None:
+    """A debugger that exits (``gdb -batch``, a script's session) must not
+    take its worker with it: the file is the next session's. The worker is
+    in a session of its own (no terminal's hangup reaches it); a hangup sent
+    to it otherwise is ignored too, and its pipes to the debugger closing is
+    ``_say``'s."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    except (OSError, ValueError):
+        pass
+
+
+def _say(line: str) -> None:
+    """One line to the debugger; once it has gone (its end of the pipe
+    closed: it exited before the file was made), the worker goes on with
+    its output to /dev/null."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, sys.stderr.fileno())
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from ..format import saved_registers
 from ..format.elf import ElfSFrame, read_elf
 from ..targets.symbols import DEBUG_ROOTS, SymbolTable
 from . import cache as symcache
+from . import lock as filelock
 from .elfsyms import executable_sections, function_symbols
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ _T = TypeVar("_T")
 __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_symbol_file",
            "write_symbol_file", "default_jobs", "PARALLEL_MIN_FDES", "NATIVE_SPLIT_MIN_FDES",
            "split_min",
-           "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module",
+           "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module", "maker_of",
            "has_debug_information"]
 
 # Bump when the bytes written for the same input change (a fix in dwarf.py):
@@ -1024,7 +1025,7 @@ def _write_atomically(target: str, plan: _Plan, frame: _Frames) -> None:
     import tempfile
 
     directory = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(prefix=".sframe-tmp-", suffix=".debug", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=filelock.tmp_prefix(target), suffix=".debug", dir=directory)
     try:
         with os.fdopen(fd, "w+b") as out:
             _write(out, plan.module, plan.base, frame, _debuglink(plan), plan.symbols)
@@ -1212,6 +1213,21 @@ def cached_symbol_file(path: str, *, cache: str | None = None,
     return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
 
 
+def maker_of(path: str, *, cache: str | None = None,
+             debug_roots: Iterable[str] = DEBUG_ROOTS, function_symbols: bool = True,
+             before_entry: bool = False,
+             module: ModuleInfo | None = None) -> tuple[str, int | None]:
+    """(the cache entry of module ``path``, the process making it now or None):
+    a debugger that finds one follows it rather than starting another
+    (``jobs.Job``). The process id is 0 when the maker has not written it yet.
+
+    :raises SFrameError: as ``cached_symbol_file``.
+    """
+    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module)
+    target, _, _ = _cache_target(plan, cache)
+    return target, filelock.holder(target)
+
+
 def symbol_file_for(path: str, *, cache: str | None = None,
                     debug_roots: Iterable[str] = DEBUG_ROOTS,
                     function_symbols: bool = True, before_entry: bool = False,
@@ -1238,13 +1254,18 @@ def symbol_file_for(path: str, *, cache: str | None = None,
     if _cached(target):
         symcache.touch(target)  # its "last used" time, for pruning
         return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
-    frame = _frame(plan, jobs, _store_file(plan, directory), progress)
-    try:
-        _write_atomically(target, plan, frame)
-    except OSError as exc:
-        raise FileError(f"{target}: {exc.strerror or exc}") from None
-    except SFrameError:
-        raise
+    # One maker per entry across processes (``lock``): another one's file,
+    # once it lets go, is this call's cache hit.
+    with filelock.holding(target):
+        if _cached(target):
+            symcache.touch(target)
+            return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
+        filelock.remove_leftovers(target)
+        frame = _frame(plan, jobs, _store_file(plan, directory), progress)
+        try:
+            _write_atomically(target, plan, frame)
+        except OSError as exc:
+            raise FileError(f"{target}: {exc.strerror or exc}") from None
     try:
         symcache.prune(directory, keep=target)
     except OSError as exc:
