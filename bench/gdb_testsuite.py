@@ -30,6 +30,7 @@ Everything (sources, builds, logs) lives under ``.gdb-testsuite/`` (gitignored);
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import re
 import shutil
@@ -282,6 +283,7 @@ def configure(source: Source, gdb: str, side: str, timeout: int) -> Path:
         gdb_path = str(bindir / "gdb")
     if not (build / "Makefile").exists():
         _run([str(source.testsuite / "configure")], cwd=build)
+    (build / "site.exp").unlink(missing_ok=True)
     _run(["make", "site.exp"], cwd=build)
     with open(build / "site.exp", "a") as f:
         f.write(f"set GDB {{{os.path.abspath(gdb_path)}}}\n"
@@ -330,6 +332,21 @@ def cause(exp: str) -> tuple[bool, str]:
     return False, PLUGIN.get(exp, "unknown: read outputs/<side>/" + exp.removesuffix(".exp") + "/gdb.log")
 
 
+def _run_all(source: Source, args: argparse.Namespace,
+             exps: list[str]) -> dict[tuple[str, str], Counter[tuple[str, str]]]:
+    builds = {side: configure(source, args.gdb, side, args.timeout) for side in SIDES}
+    print(f"running {len(exps)} .exp files twice, {args.jobs} at a time", flush=True)
+    jobs = [(side, exp) for exp in exps for side in SIDES]
+
+    def one(job: tuple[str, str]) -> Counter[tuple[str, str]]:
+        results = run_one(builds[job[0]], job[1])
+        print(f"  {job[0]} {job[1]}: {_fmt_counts(_counts(results))}", flush=True)
+        return results
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        return dict(zip(jobs, pool.map(one, jobs), strict=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gdb", default="gdb", help="the gdb to test (default: gdb on PATH)")
@@ -351,11 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     missing = sorted(set(wanted) - set(exps))
     if missing:
         print(f"not in gdb {source.version}'s testsuite (left out): {' '.join(missing)}")
-    builds = {side: configure(source, args.gdb, side, args.timeout) for side in SIDES}
-    print(f"running {len(exps)} .exp files twice, {args.jobs} at a time", flush=True)
-    jobs = [(side, exp) for exp in exps for side in SIDES]
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        done = dict(zip(jobs, pool.map(lambda j: run_one(builds[j[0]], j[1]), jobs), strict=True))
+    lock_path = WORK / "build" / f"{source.version}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        # one run at a time per source: runs share the build directories
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = _run_all(source, args, exps)
 
     totals = {side: Counter[str]() for side in SIDES}
     differing: list[str] = []
