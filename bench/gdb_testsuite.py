@@ -195,27 +195,31 @@ def _source_versions() -> list[str]:
     return sorted(set(re.findall(r"^Version: (\S+)$", out, re.M)))
 
 
-def choose_source(gdb: str) -> Source:
-    """The Debian gdb source of the gdb under test: the installed package's
-    version for /usr/bin/gdb, else the newest of the same major version, else
-    the nearest major (said in the note)."""
+def _key(version: str) -> tuple[int, int]:
+    m = re.match(r"(?:\d+:)?(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def source_candidates(gdb: str) -> list[Source]:
+    """Debian gdb sources for the gdb under test, best first: the installed
+    package's version for the system gdb; the same major.minor, then the same
+    major, newest first; then the nearest majors (each note says which)."""
     major, minor = gdb_version(gdb)
     versions = _source_versions()
+    out: list[Source] = []
     if os.path.realpath(shutil.which(gdb) or gdb) == "/usr/bin/gdb" or _wraps_system_gdb(gdb):
         installed = _run(["dpkg-query", "-W", "-f=${Version}", "gdb"]).strip()
         if installed in versions:
-            return Source(installed, f"gdb {major}.{minor}: Debian's source of the installed gdb {installed}")
-
-    def key(v: str) -> tuple[int, int]:
-        m = re.match(r"(?:\d+:)?(\d+)\.(\d+)", v)
-        return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-    same = [v for v in versions if key(v) == (major, minor)] or [v for v in versions if key(v)[0] == major]
-    if same:
-        best = max(same, key=key)
-        return Source(best, f"gdb {major}.{minor}: Debian's gdb source {best}")
-    best = min(versions, key=lambda v: (abs(key(v)[0] - major), -key(v)[0]))
-    return Source(best, f"gdb {major}.{minor}: no Debian source of gdb {major}; the nearest, {best}")
+            out.append(Source(installed, f"gdb {major}.{minor}: Debian's source of the installed "
+                                         f"gdb {installed}"))
+    for v in sorted(versions, key=lambda v: (_key(v) != (major, minor), abs(_key(v)[0] - major),
+                                              -_key(v)[0], -_key(v)[1], v)):
+        if _key(v)[0] == major:
+            out.append(Source(v, f"gdb {major}.{minor}: Debian's gdb source {v}"))
+        else:
+            out.append(Source(v, f"gdb {major}.{minor}: no Debian source of gdb {major} here; "
+                                 f"the nearest, {v}"))
+    return out
 
 
 def _wraps_system_gdb(gdb: str) -> bool:
@@ -227,20 +231,30 @@ def _wraps_system_gdb(gdb: str) -> bool:
     return b'exec "/usr/bin/gdb"' in head
 
 
-def fetch(source: Source) -> None:
-    """Download and unpack the source package (Debian's patches applied)."""
+def fetch(source: Source) -> bool:
+    """Download and unpack the source package (Debian's patches applied);
+    False when the archive does not have its files."""
     if (source.testsuite / "configure").exists():
-        return
+        return True
     dl = WORK / "src" / "dl"
-    dl.mkdir(parents=True, exist_ok=True)
-    _run(["apt-get", *_apt_options(), "source", "--download-only", f"gdb={source.version}"], cwd=dl)
+    shutil.rmtree(dl, ignore_errors=True)
+    dl.mkdir(parents=True)
+    got = subprocess.run(["apt-get", *_apt_options(), "source", "--download-only", f"gdb={source.version}"],
+                         cwd=dl, capture_output=True, text=True)
+    if got.returncode != 0:
+        why = [ln for ln in got.stderr.splitlines() if ln.startswith("E:")] or ["?"]
+        print(f"source: gdb {source.version} not downloadable here: {why[0]}", flush=True)
+        shutil.rmtree(dl)
+        return False
     upstream = re.sub(r"^\d+:", "", source.version)
-    dsc = dl / f"gdb_{upstream}.dsc"
     tmp = source.tree.with_name(source.tree.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    _run(["dpkg-source", "--no-check", "-x", str(dsc), str(tmp)])
+    _run(["dpkg-source", "--no-check", "-x", str(dl / f"gdb_{upstream}.dsc"), str(tmp)])
     tmp.rename(source.tree)
     shutil.rmtree(dl)
+    for orig in (WORK / "src").glob("gdb_*"):  # dpkg-source's copy of the tarball
+        orig.unlink()
+    return True
 
 
 _CC = """#!/bin/sh
@@ -358,9 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--details", type=int, default=8, help="differing test names shown per .exp")
     args = ap.parse_args(argv)
 
-    source = choose_source(args.gdb)
+    source = next((c for c in source_candidates(args.gdb) if fetch(c)), None)
+    if source is None:
+        sys.exit("gdb_testsuite: no Debian gdb source could be downloaded")
     print(f"source: {source.note}", flush=True)
-    fetch(source)
     if args.fetch_only:
         return 0
     wanted = args.exp.split(",") if args.exp else list(CI_PART if args.part == "ci" else DEFAULT_PART)
