@@ -188,12 +188,15 @@ def _apt_options() -> list[str]:
             "-o", "Dir::Etc::PreferencesParts=/dev/null"]
 
 
-def _run(cmd: list[str], cwd: Path | None = None, **kw: object) -> str:
+def _run(cmd: list[str], cwd: Path | None = None) -> str:
     """Run a setup step; on failure, one line naming the command and its error."""
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    except OSError as e:
+        sys.exit(f"gdb_testsuite: {cmd[0]}: {e.strerror}")
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        sys.exit(f"gdb_testsuite: {' '.join(cmd[:3])}... failed: {' | '.join(tail)}")
+        sys.exit(f"gdb_testsuite: {os.path.basename(cmd[0])} ... {cmd[-1]} failed: {' | '.join(tail)}")
     return str(proc.stdout)
 
 
@@ -405,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = sorted(set(wanted) - set(exps))
     if missing:
         print(f"not in gdb {source.version}'s testsuite (left out): {' '.join(missing)}")
+    if not exps:
+        sys.exit(f"gdb_testsuite: no .exp file to run in gdb {source.version}'s testsuite")
     lock_path = WORK / "build" / f"{source.version}.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "w") as lock:
