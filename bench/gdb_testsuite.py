@@ -13,6 +13,8 @@ each chosen ``.exp`` file in both:
   link (executables and shared libraries, start files included), and gdb run
   as ``gdb -iex "source sframe_gdb.py" ...`` with a cache of its own.
 
+Both run gdb with ``-iex "set debuginfod enabled off"``.
+
 Then it prints the ``.exp`` files whose results (the multiset of
 ``STATUS: test name`` lines of each ``gdb.sum``) differ, with their known
 cause, and exits 1 when some difference has no known cause outside the
@@ -310,13 +312,17 @@ def configure(source: Source, gdb: str, side: str, timeout: int) -> Path:
     what = ("links lose .eh_frame/.eh_frame_hdr" if strip else "the twin: .eh_frame kept")
     for name, driver in (("cc", "gcc"), ("c++", "g++")):
         _write_exec(bindir / name, _CC.format(side=side, what=what, driver=driver, strip=strip))
-    gdb_path = shutil.which(gdb) or gdb
+    # Every side: no debuginfod (the PyPI gdbs have a server built in, which
+    # the testsuite's unset DEBUGINFOD_URLS does not turn off: each run asks).
+    plugin = ""
     if side == "noeh":
-        cache = build / "cache"
-        _write_exec(bindir / "gdb", "#!/bin/sh\n# gdb with the sframe plugin, its own symbol-file cache\n"
-                    f"XDG_CACHE_HOME='{cache}'; export XDG_CACHE_HOME\n"
-                    f"exec '{os.path.abspath(gdb_path)}' -iex 'source {REPO / 'sframe_gdb.py'}' \"$@\"\n")
-        gdb_path = str(bindir / "gdb")
+        plugin = (f"XDG_CACHE_HOME='{build / 'cache'}'; export XDG_CACHE_HOME\n"
+                  f"set -- -iex 'source {REPO / 'sframe_gdb.py'}' \"$@\"\n")
+    what = "the gdb under test" + (", with the plugin" if plugin else "")
+    real = os.path.abspath(shutil.which(gdb) or gdb)
+    _write_exec(bindir / "gdb", f"#!/bin/sh\n# {side}: {what}\n{plugin}"
+                f"exec '{real}' -iex 'set debuginfod enabled off' \"$@\"\n")
+    gdb_path = str(bindir / "gdb")
     if not (build / "Makefile").exists():
         _run([str(source.testsuite / "configure")], cwd=build)
     (build / "site.exp").unlink(missing_ok=True)
