@@ -420,6 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--details", type=int, default=8, help="differing test names shown per .exp")
     args = ap.parse_args(argv)
 
+    for tool, package in (("dpkg-source", "dpkg-dev"), ("runtest", "dejagnu"), ("expect", "expect"),
+                          ("gcc", "gcc"), ("g++", "g++"), ("objcopy", "binutils")):
+        if shutil.which(tool) is None:
+            sys.exit(f"gdb_testsuite: {tool} not found (apt-get install {package}; scripts/setup.sh does)")
     source = next((c for c in source_candidates(args.gdb) if fetch(c)), None)
     if source is None:
         sys.exit("gdb_testsuite: no Debian gdb source could be downloaded")
