@@ -229,13 +229,16 @@ def source_candidates(gdb: str) -> list[Source]:
     package's version for the system gdb; the same major.minor, then the same
     major, newest first; then the nearest majors (each note says which)."""
     major, minor = gdb_version(gdb)
-    versions = _source_versions()
-    out: list[Source] = []
+    installed = None
     if os.path.realpath(shutil.which(gdb) or gdb) == "/usr/bin/gdb" or _wraps_system_gdb(gdb):
         installed = _run(["dpkg-query", "-W", "-f=${Version}", "gdb"]).strip()
-        if installed in versions:
-            out.append(Source(installed, f"gdb {major}.{minor}: Debian's source of the installed "
-                                         f"gdb {installed}"))
+        mine = Source(installed, f"gdb {major}.{minor}: Debian's source of the installed gdb {installed}")
+        if (mine.testsuite / "configure").exists():
+            return [mine]  # fetched before: no network needed
+    versions = _source_versions()
+    out: list[Source] = []
+    if installed in versions:
+        out.append(mine)
     for v in sorted(versions, key=lambda v: (_key(v) != (major, minor), abs(_key(v)[0] - major),
                                               -_key(v)[0], -_key(v)[1], v)):
         if _key(v)[0] == major:
