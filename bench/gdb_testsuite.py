@@ -370,6 +370,32 @@ def _fmt_counts(c: Counter[str]) -> str:
     return " ".join(f"{s} {c[s]}" for s in STATUSES if c[s])
 
 
+def recipe_check(build: Path) -> tuple[int, list[str], int]:
+    """(programs and shared libraries the tests built on a side, those that
+    still have .eh_frame, those without .sframe): the .noeh recipe at work."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    programs, with_eh, without_sframe = 0, [], 0
+    for path in (build / "outputs").rglob("*"):
+        try:
+            with open(path, "rb") as f:
+                if f.read(4) != b"\x7fELF":
+                    continue
+                f.seek(0)
+                elf = ELFFile(f)
+                if elf["e_type"] not in ("ET_EXEC", "ET_DYN"):
+                    continue
+                names = {sec.name for sec in elf.iter_sections()}
+        except (OSError, ELFError):
+            continue
+        programs += 1
+        if ".eh_frame" in names or ".eh_frame_hdr" in names:
+            with_eh.append(str(path.relative_to(build / "outputs")))
+        without_sframe += ".sframe" not in names
+    return programs, with_eh, without_sframe
+
+
 def _racy_only(twin: Counter[tuple[str, str]], noeh: Counter[tuple[str, str]]) -> bool:
     """The two differ only in tests of known gdb bugs, passing on one side
     and KFAIL on the other (or KPASS): the testsuite's own racy ones, such as
@@ -473,8 +499,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{side}: {_fmt_counts(totals[side])}", end="")
     print(f"\n{len(differing)} of {len(exps)} .exp files differ; "
           f"{unexplained} not known to be outside the plugin")
+    programs, with_eh, without_sframe = recipe_check(WORK / "build" / source.version / "noeh")
+    print(f"noeh programs and libraries built: {programs}, {without_sframe} without .sframe "
+          f"(hand-written assembly), {len(with_eh)} with .eh_frame {' '.join(with_eh[:5])}")
     print("DIFFERING " + " ".join(differing))
-    return 1 if unexplained else 0
+    return 1 if unexplained or with_eh else 0
 
 
 if __name__ == "__main__":
