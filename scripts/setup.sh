@@ -103,6 +103,25 @@ fi
 step "build the native analysis (sframe_core/analysis/native)"
 q "$VENV/bin/python" -m sframe_core.analysis.native
 
+# ---------------------------------------------------------------- 2b. gdb's own testsuite
+# bench/gdb_testsuite.py and tests/test_gdb_testsuite.py: DejaGnu (runtest,
+# expect) runs gdb's testsuite, dpkg-dev unpacks Debian's gdb source package
+# (with its patches), g++ builds the C++ test programs. The source of the
+# installed gdb is fetched once (a private apt configuration with deb-src
+# lines; the host's sources stay as they are) into .gdb-testsuite/.
+if [ -z "${SETUP_SKIP_APT:-}" ]; then
+  gts=()
+  for p in dejagnu expect dpkg-dev g++; do
+    if apt_has "$p"; then gts+=("$p"); fi
+  done
+  step "apt-get install ${gts[*]} (gdb's own testsuite)"
+  q $SUDO apt-get install -y --no-install-recommends "${gts[@]}"
+fi
+if [ -x /usr/bin/gdb ] && command -v dpkg-source >/dev/null; then
+  step "gdb's testsuite: Debian's source of the installed gdb -> .gdb-testsuite/"
+  q "$VENV/bin/python" -m bench.gdb_testsuite --gdb /usr/bin/gdb --fetch-only
+fi
+
 # ---------------------------------------------------------------- 3. debuggers
 DBG="$REPO/.debuggers"
 BIN="$DBG/bin"
