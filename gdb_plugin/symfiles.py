@@ -184,7 +184,11 @@ class Routes:
         the newest is selected (attaching makes gdb unwind again from frame
         0 and select it: ``frame 2`` then ``info frame`` would show frame 0),
         nor after a stop that holds them: the next stop attaches them."""
-        if self._held or _running() or _frame_selected():
+        if self._held or not (self._ready or any(job.result is not None
+                                                  for job in self._jobs.values())):
+            return  # before asking gdb for a frame: that unwinds frame 0 (and runs
+            # the user's own Python unwinders, which py-unwind-maint.exp counts)
+        if _running() or _frame_selected():
             return
         for path, job in list(self._jobs.items()):
             if job.result is not None:

@@ -19,14 +19,9 @@ from helpers.gdbtools import GDBS, gdb_version
 
 pytestmark = [pytest.mark.gdb, pytest.mark.slow]
 
-# Differences the plugin causes today, each being fixed on another branch:
-# empty this set when those fixes are merged (the test then holds that the
-# plugin causes none in this part).
-PLUGIN_DIFFERENCES_TODAY = {
-    "gdb.base/step-over-exit.exp",  # a forked PIE inferior's breakpoints at link-time addresses
-    "gdb.threads/fork-child-threads.exp",  # the detached parent's, too: 'Breakpoint 2.2'
-    "gdb.python/py-unwind-maint.exp",  # the global 'sframe' unwinder counted by 'disable unwinder'
-}
+# Differences the plugin causes: none. A file named here is a known bug of
+# the plugin's, the test then holding that nothing else differs.
+PLUGIN_DIFFERENCES_TODAY: set[str] = set()
 
 # Differences outside the plugin (bench/gdb_testsuite.py's NOT_OURS): the
 # .noeh recipe itself; these stay.
