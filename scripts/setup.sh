@@ -46,6 +46,10 @@ if [ -z "${SETUP_SKIP_APT:-}" ]; then
     if apt_has "$p"; then pkgs+=("$p"); break; fi
   done
   if apt_has mold; then pkgs+=(mold); fi
+  # clang 22's integrated assembler emits SFrame too (v2 with the PCREL flag;
+  # tests/test_linkers.py links its objects with lld 22 and ld): Debian 12's
+  # and 13's updates have both
+  if apt_has clang-22 && apt_has lld-22; then pkgs+=(clang-22 lld-22); fi
   # the aarch64 and s390x libcs (real .eh_frame_hdr tables of other ABIs, one
   # big-endian: tests/test_cfi_hdr.py); arch-all packages in Debian 12 and 13
   for p in libc6-arm64-cross libc6-s390x-cross; do

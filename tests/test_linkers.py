@@ -248,6 +248,73 @@ def test_host_toolchain(linker: str, tmp_path: Path) -> None:
     assert "unusable" not in status, status
 
 
+def _build(tmp: Path, compiler: list[str], ld: list[str]) -> None:
+    """The linkers' program and library, compiled by ``compiler`` and linked
+    with ``ld``; each ``noeh`` copy without ``.eh_frame``."""
+    import subprocess
+
+    src = FIXTURES / "src" / "linkers"
+    cflags = ["-O2", "-fomit-frame-pointer", "-g0", "-Wa,--gsframe"]
+
+    def run(*argv: str) -> None:
+        done = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stderr}"
+
+    for name in ("main", "part"):
+        run(*compiler, *cflags, "-c", str(src / f"{name}.c"), "-o", f"{name}.o")
+    for name in ("liba", "libb"):
+        run(*compiler, *cflags, "-fPIC", "-c", str(src / f"{name}.c"), "-o", f"{name}.o")
+    run(*compiler, *ld, "-shared", "-Wl,-soname,liblk.so", "-o", "liblk.so", "liba.o", "libb.o")
+    run(*compiler, *ld, "-o", "lk", "main.o", "part.o", "-L.", "-llk", "-Wl,-rpath,$ORIGIN")
+    (tmp / "noeh").mkdir()
+    for name in ("lk", "liblk.so"):
+        run("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", name,
+            f"noeh/{name}")
+
+
+def _clang22() -> list[str]:
+    if shutil.which("clang-22") is None:
+        missing("no clang-22 (scripts/setup.sh installs clang-22 and lld-22)")
+    return ["clang-22", "-Wa,--allow-experimental-sframe"]
+
+
+def test_clang22_lld(tmp_path: Path) -> None:
+    """clang 22's own assembler (SFrame v2, starts PC-relative and flagged so)
+    linked by lld 22, which concatenates: both parts read, gdb with the
+    plugin shows the twin's backtrace."""
+    from sframe_core.format.records import SFRAME_F_FDE_FUNC_START_PCREL
+
+    _build(tmp_path, _clang22(), ["-fuse-ld=lld"])
+    for name, expect in (("lk", {"stop_here", "cb", "m1", "main", "p0", "p1"}),
+                         ("liblk.so", {"la", "lb"})):
+        info = read_elf(tmp_path / "noeh" / name)
+        assert info.data is not None
+        parts = split_parts(info.data)
+        assert len(parts) == 2, parts
+        assert all(part.header.version == 2 and part.header.flags & SFRAME_F_FDE_FUNC_START_PCREL
+                   for part in parts), parts
+        section = info.open()
+        assert section is not None
+        names = _functions(tmp_path / "noeh" / name)
+        assert {names.get(fde.start) for fde in section.iter_fdes()} == expect
+    twin, _ = _bt(tmp_path / "lk", plugin=False)
+    assert [n for _, n in twin] == CHAIN
+    got, status = _bt(tmp_path / "noeh" / "lk", plugin=True)
+    assert got == twin
+    assert "unusable" not in status, status
+
+
+def test_clang22_ld(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ld 2.40 given clang 22's v2 objects writes a .sframe of its PLT only
+    (and exits 0): sframe verify fails the file, naming every function
+    no FDE covers, instead of passing it."""
+    _build(tmp_path, _clang22(), ["-fuse-ld=bfd"])
+    assert cli_main(["verify", str(tmp_path / "lk")]) == 1
+    out = capsys.readouterr().out
+    for name in ("stop_here", "cb", "m1", "main", "p1"):
+        assert f" {name}: not covered: CFI describes it; no SFrame FDE covers it" in out, out
+
+
 @pytest.mark.lldb
 def test_lldb_refused_once(tmp_path: Path) -> None:
     """LLDB 22: the same one line, once; ``sframe status`` says why."""
