@@ -14,6 +14,8 @@ detached parent breakpoint locations the twin's session has not.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import gdb
 
 from .unwinder import SFrameUnwinder, warn
@@ -161,35 +163,28 @@ def connect(plugin: SFrameUnwinder) -> None:
         plugin.mark_dirty(None)
         plugin.forget_frames()
 
+    def guarded(what: str, call: Callable[[], object]) -> None:
+        # An event handler's step: a failure is one warning, never a traceback.
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001
+            warn(f"{what}{type(exc).__name__}: {exc}")
+
     def on_stop(event=None) -> None:
         plugin.end_walk()
-        try:
-            route_ready()
-        except Exception as exc:  # noqa: BLE001
-            warn(f"symbol file: {type(exc).__name__}: {exc}")
+        guarded("symbol file: ", route_ready)
         if routes is not None:
-            try:
-                routes.on_stop(event)  # None: a prompt, where no worker is waited for
-            except Exception as exc:  # noqa: BLE001
-                warn(f"symbol file: {type(exc).__name__}: {exc}")
-        try:
-            plugin.refresh()
-        except Exception as exc:  # noqa: BLE001
-            warn(f"cannot read the section table: {exc}")
+            # event None: a prompt, where no worker is waited for
+            guarded("symbol file: ", lambda: routes.on_stop(event))
+        guarded("cannot read the section table: ", plugin.refresh)
 
     def on_new_thread(event=None) -> None:
         # A core's files are waited for; then a process to unwind (``run``,
         # ``attach``, a core) lists the unwinder before its first stop if an
         # objfile needs it.
         if routes is not None:
-            try:
-                routes.on_new_thread(event)
-            except Exception as exc:  # noqa: BLE001
-                warn(f"symbol file: {type(exc).__name__}: {exc}")
-        try:
-            plugin.list_if_needed()
-        except Exception as exc:  # noqa: BLE001
-            warn(f"{type(exc).__name__}: {exc}")
+            guarded("symbol file: ", lambda: routes.on_new_thread(event))
+        guarded("", plugin.list_if_needed)
 
     def on_cont(event=None) -> None:
         plugin.forget_frames()

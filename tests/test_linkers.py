@@ -215,27 +215,7 @@ def test_host_toolchain(linker: str, tmp_path: Path) -> None:
     """The host's gas (SFrame v1 on Debian 12, v2 on 13) and each linker:
     gdb with the plugin shows the twin's backtrace, or the linker dropped
     .sframe and ``sframe verify`` says there is none."""
-    import subprocess
-
-    src = FIXTURES / "src" / "linkers"
-    cflags = ["-O2", "-fomit-frame-pointer", "-fno-reorder-blocks-and-partition", "-g0",
-              "-Wa,--gsframe"]
-    ld = _linker_flags(linker)
-
-    def run(*argv: str) -> None:
-        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=False)
-        assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stderr}"
-
-    for name in ("main", "part"):
-        run("gcc", *cflags, "-c", str(src / f"{name}.c"), "-o", f"{name}.o")
-    for name in ("liba", "libb"):
-        run("gcc", *cflags, "-fPIC", "-c", str(src / f"{name}.c"), "-o", f"{name}.o")
-    run("gcc", *ld, "-shared", "-Wl,-soname,liblk.so", "-o", "liblk.so", "liba.o", "libb.o")
-    run("gcc", *ld, "-o", "lk", "main.o", "part.o", "-L.", "-llk", "-Wl,-rpath,$ORIGIN")
-    (tmp_path / "noeh").mkdir()
-    for name in ("lk", "liblk.so"):
-        run("objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", name,
-            f"noeh/{name}")
+    _build(tmp_path, ["gcc", "-fno-reorder-blocks-and-partition"], _linker_flags(linker))
     info = read_elf(tmp_path / "noeh" / "lk")
     if info.data is None:
         assert cli_main(["verify", str(tmp_path / "lk")]) == 2  # "no .sframe section"
