@@ -162,6 +162,9 @@ PLUGIN = {
 STATUSES = ("PASS", "FAIL", "XFAIL", "XPASS", "KFAIL", "KPASS", "UNRESOLVED", "UNTESTED",
             "UNSUPPORTED", "ERROR")
 _RESULT = re.compile(r"^({}): (.*)$".format("|".join(STATUSES)))
+# A count some tests append to a PASS's name, which varies with the
+# scheduling from run to run (pthreads.exp: "... 15 times (17 times)").
+_RUN_COUNT = re.compile(r" \(\d+ times\)$")
 
 
 @dataclass(frozen=True)
@@ -355,7 +358,7 @@ def run_one(build: Path, exp: str) -> Counter[tuple[str, str]]:
     for line in text.splitlines():
         m = _RESULT.match(line)
         if m:
-            results[(m.group(1), m.group(2))] += 1
+            results[(m.group(1), _RUN_COUNT.sub("", m.group(2)))] += 1
     return results
 
 
