@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from bench.bench_lookup import best, encode
+from sframe_core.analysis.section import SectionAnalysis
 from sframe_core.dwarf.debug_frame import debug_frame
 from sframe_core.format.elf import read_elf
 from sframe_core.format.section import SFrameSection
@@ -64,7 +65,7 @@ def main() -> int:
             if not path.exists():
                 print(f"  {path}: missing (tests/fixtures/build_realprogs.sh)")
                 continue
-            section = read_elf(path).open()
+            section = read_elf(path).open(analyser=SectionAnalysis)
             assert section is not None
             n = section.num_fdes
             frame = best(lambda s=section: debug_frame(s), args.repeat)  # type: ignore[misc]

@@ -20,13 +20,14 @@ import time
 from pathlib import Path
 
 from sframe_core.analysis.decoders import decoder_for
+from sframe_core.analysis.section import SectionAnalysis, analysis_of
 from sframe_core.format.elf import read_elf
 
 REALPROGS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "realprogs"
 
 
 def measure(path: str) -> None:
-    section = read_elf(path).open()
+    section = read_elf(path).open(analyser=SectionAnalysis)
     if section is None:
         print(f"{path}: no .sframe")
         return
@@ -35,13 +36,14 @@ def measure(path: str) -> None:
     t0 = time.process_time()
     decoder_for(section.arch)
     startup = time.process_time() - t0
+    analysis = analysis_of(section)
     times: list[tuple[float, int, int]] = []
     for fde in section.iter_fdes():
         if fde.is_pcmask:
             continue
-        section._saved.clear()
+        analysis.forget()
         t0 = time.process_time()
-        section.saved_analysis(fde)
+        analysis.rules(fde)
         times.append((time.process_time() - t0, fde.size, fde.start))
     values = sorted(t for t, _, _ in times)
     worst = max(times)

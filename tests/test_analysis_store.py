@@ -21,6 +21,7 @@ from helpers import ROOT, bench_scale
 
 from sframe_core.analysis import native, results, saved
 from sframe_core.analysis.saved import Analysis, analyse
+from sframe_core.analysis.section import SectionAnalysis
 from sframe_core.base.abi import AMD64
 from sframe_core.base.rows import CFARule
 from sframe_core.cli.commands import main
@@ -227,7 +228,7 @@ def _functions(path: Path) -> tuple[SFrameSection, dict[str, tuple[int, int]]]:
 
 def _inputs(section: SFrameSection, start: int) -> tuple[bytes, Callable[[int], CFARule | None],
                                                          list[tuple[int, CFARule | None]]]:
-    """What ``SFrameSection.saved_analysis`` hands ``analyse`` for the function at ``start``."""
+    """What ``SectionAnalysis.rules`` hands ``analyse`` for the function at ``start``."""
     from bisect import bisect_right
 
     from sframe_core.format.errata import correct_cfa
@@ -504,7 +505,7 @@ def test_cold_parts_moved_against_their_hot_parts(tmp_path: Path,
     module, store = tmp_path / "prog.noeh", tmp_path / "store"
     shutil.copy(builds[1], module)
     plain_b = _plain(module, monkeypatch)
-    section = read_elf(str(module)).open()
+    section = read_elf(str(module)).open(analyser=SectionAnalysis)
     assert section is not None
     collector = Collector(section)
     for _ in functions(section, collector.rows):

@@ -12,6 +12,7 @@ import pytest
 from helpers import ROOT
 from helpers.manifest import Entry, GoldenFDE, fixture_path, manifest_params, parse_golden, require
 
+from sframe_core.analysis.section import SectionAnalysis
 from sframe_core.cli.commands import main
 from sframe_core.format.dump import fre_columns
 from sframe_core.format.elf import open_sframe
@@ -46,7 +47,7 @@ def columns_at(section: SFrameSection, pc: int, entry: Entry) -> tuple[str, ...]
 @pytest.mark.parametrize("entry", LINKED)
 def test_lookup_every_pc_agrees_with_golden(entry: Entry | None) -> None:
     entry = require(entry)
-    section = open_sframe(fixture_path(entry))
+    section = open_sframe(fixture_path(entry), analyser=SectionAnalysis)
     golden = parse_golden(fixture_path(entry, "golden").read_text())
     checked = 0
     for fde in golden:

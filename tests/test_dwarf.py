@@ -37,6 +37,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sframe_core.analysis.parts import enter_module
+from sframe_core.analysis.section import SectionAnalysis
 from sframe_core.base.abi import AARCH64_LE, AMD64, S390X, Arch
 from sframe_core.base.errors import FileError, FormatError, SFrameError
 from sframe_core.base.rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
@@ -98,7 +99,7 @@ def test_round_trip(entry: Entry | None, tmp_path: Path) -> None:
     made = symfile.write_symbol_file(str(path), str(out))
     assert made.path == str(out)
     info = read_elf(path)
-    section = info.open()
+    section = info.open(analyser=SectionAnalysis)
     assert section is not None
     arch = section.arch
     table = CFITable(str(out))
@@ -148,7 +149,7 @@ def test_round_trip_relocatable(entry: Entry | None, tmp_path: Path) -> None:
     """``.o`` files (every text section at 0, so addresses are ambiguous):
     FDE by FDE, rows read back equal ``SFrameSection.fde_rows``."""
     path = FIXTURES / require(entry)["path"]
-    section = read_elf(path).open()
+    section = read_elf(path).open(analyser=SectionAnalysis)
     assert section is not None
     arch = section.arch
     for fde in section.iter_fdes():
@@ -171,7 +172,7 @@ def test_fixtures_exercise_every_form() -> None:
     s390x, big-endian."""
     seen: set[str] = set()
     for entry in (require(e.values[0]) for e in manifest_params(_linked)):
-        section = read_elf(FIXTURES / entry["path"]).open()
+        section = read_elf(FIXTURES / entry["path"]).open(analyser=SectionAnalysis)
         assert section is not None
         for fde in section.iter_fdes():
             if fde.is_pcmask:
@@ -468,7 +469,7 @@ def test_symbol_file_without_section_headers(tmp_path: Path) -> None:
     assert symfile.read_module(str(out)).build_id == made.build_id
     assert [name for name, *_ in _sections(out)] == ["", ".note", ".note", ".note", ".shstrtab",
                                                     ".debug_frame", ".eh_frame"]
-    section = read_elf(source).open()
+    section = read_elf(source).open(analyser=SectionAnalysis)
     assert section is not None
     table = CFITable(str(out))
     for fde in section.iter_fdes():
@@ -548,7 +549,7 @@ def test_compiler_debug_frame_is_kept(tmp_path: Path) -> None:
     symfile.write_symbol_file(str(program), str(out), debug_roots=())
     assert _section_bytes(out, ".debug_frame").startswith(own)
     compiler, ours = CFITable(str(program)), CFITable(str(out))
-    section = read_elf(program).open()
+    section = read_elf(program).open(analyser=SectionAnalysis)
     assert section is not None
     kept = added = 0
     for fde in section.iter_fdes():
@@ -759,7 +760,7 @@ def test_round_trip_realprogs(noeh: Path | None, twin: Path | None, tmp_path: Pa
     assert made.debug_source == str(noeh)
     for name in (".debug_info", ".debug_line", ".symtab"):
         assert _section_bytes(out, name) == _section_bytes(noeh, name), name
-    section = read_elf(noeh).open()
+    section = read_elf(noeh).open(analyser=SectionAnalysis)
     assert section is not None and section.num_fdes >= 50
     enter_module(section, {addr for _, addr, _ in
                            executable_sections(symfile.read_module(str(noeh)).sections)})

@@ -110,6 +110,7 @@ def _check_saved_registers(g: Gdb) -> None:
     undefined): where a row has no rule gdb shows ``<not saved>``, never
     another frame's value; a saved slot gives the word at CFA + offset; an
     unchanged register gives frame 1's value."""
+    from sframe_core.analysis.section import SectionAnalysis
     from sframe_core.base.rows import RuleKind
     from sframe_core.format.elf import open_sframe
 
@@ -121,7 +122,7 @@ def _check_saved_registers(g: Gdb) -> None:
         mappings, re.M)]
     path = next(obj for lo, hi, obj in lines if int(lo, 16) <= pc < int(hi, 16))
     base = min(int(lo, 16) for lo, _hi, obj in lines if obj == path)
-    row = open_sframe(path).row_at(pc - base - 1)  # a caller: looked up at pc - 1
+    row = open_sframe(path, analyser=SectionAnalysis).row_at(pc - base - 1)  # a caller: looked up at pc - 1
     assert row is not None
     rules = dict(row.regs)
     inner = {name: _value(g, f"${name}") for name in _SAVED}

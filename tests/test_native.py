@@ -21,6 +21,7 @@ import pytest
 from helpers import FIXTURES, missing, need
 
 from sframe_core.analysis import native, saved
+from sframe_core.analysis.section import SectionAnalysis, analysis_of
 from sframe_core.base.abi import AMD64
 from sframe_core.base.errors import SFrameError
 from sframe_core.base.rows import CFARule
@@ -58,9 +59,8 @@ def _amd64_sframe_files() -> Iterator[Path]:
 
 
 def _opened(path: Path) -> SFrameSection:
-    section = read_elf(path).open(whole=True)
+    section = read_elf(path).open(whole=True, analyser=SectionAnalysis)
     assert section is not None
-    section.analysis_store = None
     return section
 
 
@@ -82,10 +82,10 @@ def test_every_fixture_and_real_program_function(monkeypatch: pytest.MonkeyPatch
                 return found
             monkeypatch.setattr(native, "analyse", counted)
             monkeypatch.setattr(native, "USE", True)
-            got = with_c.saved_analysis(fde)
+            got = analysis_of(with_c).rules(fde)
             monkeypatch.setattr(native, "analyse", real)
             monkeypatch.setattr(native, "USE", False)
-            want = without.saved_analysis(fde)
+            want = analysis_of(without).rules(fde)
             assert got == want, (path, hex(fde.start))
             if any(calls):
                 answered += 1

@@ -21,6 +21,7 @@ from helpers import FIXTURES, missing, need
 from test_native import _amd64_sframe_files
 
 from sframe_core.analysis import native
+from sframe_core.analysis.section import SectionAnalysis
 from sframe_core.base.errors import SFrameError
 from sframe_core.format.elf import read_elf
 from sframe_core.symfiles import native_fdes
@@ -63,7 +64,8 @@ def test_every_amd64_fixture_and_real_program(monkeypatch: pytest.MonkeyPatch) -
 def test_the_c_makes_most_fdes_of_a_real_program() -> None:
     """lua5.4 -O2 -g: the C declines gcc's ``.cold`` parts, functions the
     C analysis declines and PLT entries, and makes the rest."""
-    section = read_elf(need(REALPROGS / "lua5.4" / "busid-v3" / "lua5.4.noeh")).open(whole=True)
+    section = read_elf(need(REALPROGS / "lua5.4" / "busid-v3" / "lua5.4.noeh")).open(whole=True,
+                                                                                   analyser=SectionAnalysis)
     assert section is not None
     make = native_fdes.fdes_maker(section)
     assert make is not None

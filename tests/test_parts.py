@@ -16,6 +16,7 @@ from helpers import realprogs as rp
 
 from sframe_core.analysis.parts import Collector, Exits, entries
 from sframe_core.analysis.records import LOST, Entry, meet
+from sframe_core.analysis.section import SectionAnalysis, analysis_of
 from sframe_core.base.rows import Rule, RuleKind
 from sframe_core.dwarf.debug_frame import functions
 from sframe_core.format.elf import read_elf
@@ -33,7 +34,7 @@ def _lua() -> str:
 
 
 def _section() -> SFrameSection:
-    section = read_elf(_lua()).open()
+    section = read_elf(_lua()).open(analyser=SectionAnalysis)
     assert section is not None
     return section
 
@@ -124,10 +125,10 @@ def test_the_code_before_a_section_start(collected: tuple[Exits, set[int]]) -> N
 
 
 def _regs_at(section: SFrameSection, start: int, entry: Entry) -> dict[int, Rule]:
-    section.enter_parts({start: entry})
+    analysis_of(section).enter_parts({start: entry})
     fde = section.find_fde(start)
     assert fde is not None
-    analysis = section.saved_analysis(fde)
+    analysis = analysis_of(section).rules(fde)
     assert analysis.note == "", analysis.note
     return dict(analysis.regs_at(start)[0])
 
@@ -155,10 +156,10 @@ def test_an_entering_cfa_that_is_not_sframes_refuses(collected: tuple[Exits, set
     state = exits.targets[0x7634]
     assert state is not None and state.sp is not None
     section = _section()
-    section.enter_parts({0x7634: Entry(state._replace(sp=state.sp + 8))})
+    analysis_of(section).enter_parts({0x7634: Entry(state._replace(sp=state.sp + 8))})
     fde = section.find_fde(0x7634)
     assert fde is not None
-    analysis = section.saved_analysis(fde)
+    analysis = analysis_of(section).rules(fde)
     assert (analysis.spans, analysis.note) == ((), "the entering state's CFA is not SFrame's")
 
 

@@ -19,6 +19,7 @@ from helpers import FIXTURES, savedcheck
 from helpers import realprogs as rp
 from helpers.manifest import manifest_params, require
 
+from sframe_core.analysis.section import SectionAnalysis, analysis_of
 from sframe_core.base.rows import SAME, Rule, RuleKind
 from sframe_core.format import section as section_mod
 from sframe_core.format.elf import read_elf
@@ -90,7 +91,7 @@ def test_rows_carry_the_rules_and_the_switch_turns_them_off() -> None:
     """At a PC after the prologue of a real -O2 function, the SFrame row names
     the slots; with the switch off (per section or module-wide) it names none."""
     info = read_elf(_lua())
-    section = info.open()
+    section = info.open(analyser=SectionAnalysis)
     assert section is not None
     # luaV_execute: pushes r15, r14, r13, r12, rbp, rbx, then sub rsp.
     fde = max(section.iter_fdes(), key=lambda f: f.size)
@@ -103,14 +104,14 @@ def test_rows_carry_the_rules_and_the_switch_turns_them_off() -> None:
     assert row.start <= pc < row.end
     entry = section.row_at(fde.start)
     assert entry is not None and dict(entry.regs)[15] == SAME
-    off = info.open()
+    off = info.open(analyser=SectionAnalysis)
     assert off is not None
     off.saved_registers = False
     row_off = off.row_at(pc)
     assert row_off is not None and row_off.regs == () and row_off.cfa == row.cfa
     section_mod.SAVED_REGISTERS = False
     try:
-        fresh = info.open()
+        fresh = info.open(analyser=SectionAnalysis)
         assert fresh is not None
         row_fresh = fresh.row_at(pc)
         assert row_fresh is not None and row_fresh.regs == ()
@@ -121,15 +122,16 @@ def test_rows_carry_the_rules_and_the_switch_turns_them_off() -> None:
 def test_analysis_is_cached_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     from sframe_core.analysis import saved
 
-    section = read_elf(_lua()).open()
+    section = read_elf(_lua()).open(analyser=SectionAnalysis)
     assert section is not None
+    analysis = analysis_of(section)
     fde = max(section.iter_fdes(), key=lambda f: f.size)
-    first = section.saved_analysis(fde)
-    assert section.saved_analysis(fde) is first
+    first = analysis.rules(fde)
+    assert analysis.rules(fde) is first
     assert first.spans and not first.note
     monkeypatch.setattr(saved, "MAX_INSNS", 100)
-    section._saved.clear()
-    bounded = section.saved_analysis(fde)
+    analysis.forget()
+    bounded = analysis.rules(fde)
     # Past the bound the function is unknown (code not analysed could jump back).
     assert bounded.spans == () and "instructions" in bounded.note
     assert bounded.regs_at(fde.start + 0x40)[0] == ()
@@ -217,14 +219,14 @@ def test_cold_parts_get_the_twins_rules(tmp_path: Path) -> None:
     out = str(tmp_path / "lua.debug")
     write_symbol_file(noeh, out)
     ours, theirs = CFITable(out), CFITable(twin)
-    section = read_elf(noeh).open()
+    section = read_elf(noeh).open(analyser=SectionAnalysis)
     assert section is not None
     tracked = CALLEE_SAVED["amd64"]
     checked = 0
     for start in LUA_PARTS:
         fde = section.find_fde(start)
         assert fde is not None and fde.start == start
-        assert section.saved_analysis(fde).note == "the first row is not a function entry"
+        assert analysis_of(section).rules(fde).note == "the first row is not a function entry"
         mine, eh = ours.fde_rows(start), theirs.fde_rows(start)
         assert (mine[0].start, mine[-1].end) == (eh[0].start, eh[-1].end) == (fde.start, fde.end)
         for pc in range(fde.start, fde.end):

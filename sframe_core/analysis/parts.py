@@ -65,6 +65,7 @@ from ..format.rules import fre_rules
 from .decoders import decoder_for
 from .effects import Effect, Flow
 from .records import MAX_BYTES, Analysis, Entry, State, entry_cfa, meet, meet_states
+from .section import analysis_of
 
 if TYPE_CHECKING:
     from ..format.records import FDE
@@ -110,7 +111,7 @@ def merge(into: Exits, other: Exits) -> None:
 
 
 def _first_cfa(section: SFrameSection, fde: FDE) -> CFARule | None:
-    """SFrame's CFA rule at the FDE's first byte, as ``saved_analysis`` reads it."""
+    """SFrame's CFA rule at the FDE's first byte, as ``SectionAnalysis.rules`` reads it."""
     fres = section.get_fres(fde)
     if not fres or fres[0].start != 0:
         return None
@@ -123,13 +124,14 @@ class Collector:
 
     def __init__(self, section: SFrameSection) -> None:
         self.section = section
+        self.analysis = analysis_of(section)
         self.exits = Exits({}, {}, {}, [])
         self._parts: dict[int, bool] = {}  # FDE index -> it is a part (not entered at an entry)
         self._entry = entry_cfa(section.arch)
 
     def rows(self, fde: FDE, block: int) -> list[Row]:
         rows = self.section.fde_rows(fde, block)
-        analysis = self.section.analysed(fde)
+        analysis = self.analysis.analysed(fde)
         if analysis is not None:
             self.add(fde, analysis)
         return rows
@@ -252,5 +254,5 @@ def enter_module(section: SFrameSection, section_starts: set[int]) -> dict[int, 
     for _ in functions(section, collector.rows):
         pass
     found = entries(section, collector.exits, section_starts)
-    section.enter_parts(found)
+    analysis_of(section).enter_parts(found)
     return found

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar
 
+from ..analysis.section import SectionAnalysis
 from ..base.errors import FileError, SFrameError
 from ..base.files import MAX_SECTION_SIZE, read_regular
 from ..format.describe import describe_row, lookup_text
@@ -102,7 +103,7 @@ def open_input(args: argparse.Namespace) -> Input:
             raise type(exc)(f"{label}: {exc}") from None
         return Input(label, section, False)
     info = read_elf(args.file)
-    opened = info.open(args.address)
+    opened = info.open(args.address, analyser=SectionAnalysis)
     if opened is None:
         raise FileError(f"{info.path}: no .sframe section")
     return Input(info.path, opened, info.is_relocatable)

@@ -16,7 +16,13 @@ from ..base.errors import FileError, FormatError, reading_elf
 from ..base.files import MAX_SECTION_SIZE, ElfLayout, SectionHeader, elf_layout, open_elf
 
 if TYPE_CHECKING:
-    from .section import CodeReader, PointerReader, Region, SFrameSection
+    from collections.abc import Callable
+
+    from .section import CodeReader, PointerReader, Region, SavedAnalyser, SFrameSection
+
+    # Makes the saved-register analysis of an opened section's functions (a
+    # layer above: ``analysis.section.SectionAnalysis``).
+    Analyser = Callable[[SFrameSection], SavedAnalyser]
 
 # The SFrame decoder (records, section, rules) is imported where a section
 # is decoded: a debugger whose objfiles all have symbol files reads ELF
@@ -96,12 +102,16 @@ class ElfSFrame(NamedTuple):
     def is_relocatable(self) -> bool:
         return self.elf_type == "ET_REL"
 
-    def open(self, address: int | None = None, *, whole: bool = False) -> SFrameSection | None:
+    def open(self, address: int | None = None, *, whole: bool = False,
+             analyser: Analyser | None = None) -> SFrameSection | None:
         """The section, at its file address or at ``address`` (runtime).
 
         ``whole``: for a reader of every function (a symbol file's writer),
         which reads the file's code once rather than once per function
-        (``code_reader``)."""
+        (``code_reader``). ``analyser``: made for the section, it gives the
+        rows the callee-saved registers the functions' code proves
+        (``analysis.section.SectionAnalysis``); without one, rows have CFA,
+        RA and FP alone."""
         if not self.has_sframe or self.data is None or self.sframe_address is None:
             return None
         from .section import SFrameSection
@@ -129,6 +139,8 @@ class ElfSFrame(NamedTuple):
             section.regions = lambda: self._regions(bias, kept)
         section.absolute_tables = self.elf_type == "ET_EXEC" and base == self.sframe_address
         section.pointers = self.pointer_reader(base - self.sframe_address, whole=whole)
+        if analyser is not None:
+            section.analyser = analyser(section)
         return section
 
     def code_ranges(self, bias: int) -> list[tuple[int, int]]:
@@ -451,14 +463,16 @@ def unwind_gap(path: str) -> str | None:
             "frames in its code are the debugger's guesses")
 
 
-def open_sframe(path: str | os.PathLike[str], address: int | None = None) -> SFrameSection:
-    """The ``.sframe`` section of ``path``, for the CLI and tests.
+def open_sframe(path: str | os.PathLike[str], address: int | None = None, *,
+                analyser: Analyser | None = None) -> SFrameSection:
+    """The ``.sframe`` section of ``path``, for the CLI and tests (``analyser``:
+    as ``ElfSFrame.open``'s).
 
     :raises FileError: not ELF, or no ``.sframe``.
     :raises FormatError: the section is corrupt.
     """
     info = read_elf(path)
-    section = info.open(address)
+    section = info.open(address, analyser=analyser)
     if section is None:
         raise FileError(f"{info.path}: no .sframe section")
     return section

@@ -13,7 +13,7 @@ from array import array
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from ..base.abi import Arch, arch_for_abi
 from ..base.errors import FormatError
@@ -22,11 +22,8 @@ from .errata import correct_cfa
 from .records import FDE, FRE, Header, decode_fres, fde_decoder, fde_start_field, fre_finder, parse_header
 from .rules import FRERules, fre_rules
 
-if TYPE_CHECKING:
-    from ..analysis.results import ResultStore
-    from ..analysis.saved import Analysis, Entry
-
-__all__ = ["SFrameSection", "Lookup", "CodeReader", "PointerReader", "Region", "SAVED_REGISTERS"]
+__all__ = ["SFrameSection", "Lookup", "CodeReader", "PointerReader", "Region", "SavedRules",
+           "SavedAnalyser", "SAVED_REGISTERS"]
 
 # Reads ``size`` bytes at an address of the section's address space from the
 # file (never from target memory): code, and jump tables; None where the file
@@ -45,14 +42,41 @@ class Region(NamedTuple):
     filesz: int
     contents: bytes
 
+
+# Register number -> its rule: a row's ``regs``.
+Regs = tuple[tuple[int, Rule], ...]
+
+
+class SavedRules(Protocol):
+    """Where one function keeps its caller's callee-saved registers, PC by PC:
+    what its code proves (``analysis/saved.py``), which SFrame does not say."""
+
+    def regs_at(self, pc: int) -> tuple[Regs, int, int]:
+        """(rules, lo, hi): the rules at ``pc``, which hold for ``lo <= pc < hi``."""
+        ...
+
+
+class SavedAnalyser(Protocol):
+    """What gives a section's rows their saved-register rules.
+
+    The analysis reads machine code, a layer above the format
+    (``analysis/section.py``): the layer that opens a section with its code
+    gives it one (``ElfSFrame.open``'s ``analyser``), and a section without
+    one has rows of CFA, RA and FP alone. It keeps what it found: the
+    section asks again for every row of a function.
+    """
+
+    def rules(self, fde: FDE) -> SavedRules:
+        """The saved-register rules of the function of ``fde`` (one of this
+        section's, with its code: ``SFrameSection.code``)."""
+        ...
+
 # The switch for the callee-saved register analysis (saved.py): rows carry
 # rules for rbx/r12-r15, x19-x28/d8-d15 where the function's code proves them.
 # Sections opened with ``saved_registers=None`` follow it. (``format.saved_registers``
 # reads it without importing this module, and takes this default for a module
 # not imported yet.)
 SAVED_REGISTERS = True
-# Functions whose analysis is kept (a few KiB each at most).
-SAVED_CACHE_SIZE = 1024
 
 # A sorted section is searched in place (O(log n) reads of start fields)
 # until it has answered this many lookups; then the starts are read into a
@@ -118,15 +142,12 @@ class SFrameSection:
         # Where the functions' code comes from, for the saved-register analysis.
         self.code = code
         self.saved_registers = saved_registers
-        self._saved: OrderedDict[int, Analysis] = OrderedDict()
-        # Parts entered by jumps (gcc's NAME.cold), by start: how (analysis/parts.py).
-        self._entries: dict[int, Entry] = {}
+        # The saved-register analysis of the functions, given by the opener.
+        self.analyser: SavedAnalyser | None = None
         # Absolute addresses read from the file are the runtime ones (ET_EXEC).
         self.absolute_tables = False
         # Tables of code addresses (computed gotos), as they are once loaded.
         self.pointers: PointerReader | None = None
-        # Results kept from other builds of the module (symbol files only).
-        self.analysis_store: ResultStore | None = None
         # Not None: these bytes are the file's parts read as one (linked.py), and how.
         self.merged: str | None = None
         # Every segment ``code`` reads from, for a reader of the whole module
@@ -345,16 +366,21 @@ class SFrameSection:
         switch, else the module's (``SAVED_REGISTERS``)."""
         return SAVED_REGISTERS if self.saved_registers is None else self.saved_registers
 
-    def _wants_saved(self, fde: FDE) -> bool:
-        return self.code is not None and not fde.is_pcmask and self.saves_registers
+    def wants_saved(self, fde: FDE) -> bool:
+        """Whether the rows of ``fde`` carry saved-register rules: the section
+        has an analyser and code, its switch is on, and ``fde`` is no PC-mask
+        FDE (a PLT's stubs save nothing)."""
+        return self.analyser is not None and self.code is not None and not fde.is_pcmask \
+            and self.saves_registers
 
     def _row(self, fde: FDE, fre: FRE, rules: FRERules, start: int, end: int,
              pc: int | None = None) -> Row:
         """The row of ``fre`` for ``[start, end)``; with ``pc``, narrowed to the
-        span around it where the saved-register rules (saved.py) do not change."""
-        regs: tuple[tuple[int, Rule], ...] = ()
-        if pc is not None and self._wants_saved(fde):
-            regs, lo, hi = self.saved_analysis(fde).regs_at(pc)
+        span around it where the saved-register rules (``analyser``) do not change."""
+        regs: Regs = ()
+        analyser = self.analyser
+        if pc is not None and analyser is not None and self.wants_saved(fde):
+            regs, lo, hi = analyser.rules(fde).regs_at(pc)
             start, end = max(start, lo), min(end, hi)
         head, tail = self._row_fields(fde, fre, rules)
         return _new_row((start, end, *head, regs, *tail))
@@ -379,7 +405,9 @@ class SFrameSection:
         base = fde.start + block * fde.rep_size if fde.is_pcmask else fde.start
         limit = min(base + fde.rep_size, fde.end) if fde.is_pcmask else fde.end
         fres = self.get_fres(fde)
-        saved = self.saved_analysis(fde) if fres and self._wants_saved(fde) else None
+        analyser = self.analyser
+        saved = analyser.rules(fde) if fres and analyser is not None and self.wants_saved(fde) \
+            else None
         rows: list[Row] = []
         flex = fde.flex
         for k, fre in enumerate(fres):
@@ -401,53 +429,13 @@ class SFrameSection:
                 pc = hi
         return rows
 
-    def analysed(self, fde: FDE) -> Analysis | None:
-        """``saved_analysis(fde)`` where rows carry its rules, else None."""
-        return self.saved_analysis(fde) if self._wants_saved(fde) else None
-
-    def enter_parts(self, entries: dict[int, Entry]) -> None:
-        """Analyse the parts at these starts from these states from now on
-        (``analysis/parts.py`` proves them for a whole module)."""
-        self._entries = dict(entries)
-        self._saved.clear()
-
-    def saved_analysis(self, fde: FDE) -> Analysis:
-        """Where the function of ``fde`` keeps the callee-saved registers (saved.py),
-        analysed once from its code and kept."""
-        from ..analysis.saved import Analysis, analyse
-
-        found = self._saved.get(fde.index)
-        if found is not None:
-            self._saved.move_to_end(fde.index)
-            return found
-        code = None
-        if self.code is not None and fde.size > 0:
-            try:
-                code = self.code(fde.start, fde.size)
-            except OSError:
-                code = None
-        if code is None or len(code) != fde.size or fde.is_pcmask:
-            result = Analysis((), "no code for the function")
-        else:
-            fres = self.get_fres(fde)
-            cfas: list[tuple[int, CFARule | None]] = []
-            flex = fde.flex
-            for fre in fres:
-                rules = self._rules_for(fde, fre, flex)  # the rules the rows have
-                cfas.append((fde.start + fre.start, correct_cfa(self.arch, fde, rules.cfa)))
-            starts = [s for s, _ in cfas]
-
-            def cfa_at(pc: int) -> CFARule | None:
-                k = bisect_right(starts, pc) - 1
-                return cfas[k][1] if k >= 0 else None
-
-            result = analyse(self.arch, code, fde.start, cfa_at, self.code, self.absolute_tables,
-                             self.pointers, self._entries.get(fde.start), self.analysis_store,
-                             cfas)
-        self._saved[fde.index] = result
-        if len(self._saved) > SAVED_CACHE_SIZE:
-            self._saved.popitem(last=False)
-        return result
+    def fre_cfas(self, fde: FDE) -> list[tuple[int, CFARule | None]]:
+        """(start, CFA rule) of each FRE of ``fde``, the rule its rows have
+        (errata corrected): what the saved-register analysis takes the
+        stack's height from."""
+        arch, rules_for, flex = self.arch, self._rules_for, fde.flex
+        return [(fde.start + fre.start, correct_cfa(arch, fde, rules_for(fde, fre, flex).cfa))
+                for fre in self.get_fres(fde)]
 
     def row_at(self, pc: int) -> Row | None:
         """The row at ``pc``; rows are kept by PC, as a recursion asks again and again."""

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from ..analysis import native
 from ..analysis.native.protocol import FDE_WORDS, NOMEM, SMALL, ST_DECLINED, ST_DONE, Region, Section
 from ..analysis.records import MAX_BYTES, Analysis
+from ..analysis.section import SectionAnalysis
 from ..base.abi import AMD64
 
 if TYPE_CHECKING:
@@ -63,11 +64,17 @@ class _Input:
 Made = tuple["Encoded | None", "Analysis | None"] | None
 
 
+def _entered(section: SFrameSection) -> bool:
+    """Whether parts of ``section`` were given entries (``SectionAnalysis.enter_parts``)."""
+    analyser = section.analyser
+    return isinstance(analyser, SectionAnalysis) and bool(analyser.entries)
+
+
 def serves(section: SFrameSection) -> bool:
     """Whether the C makes ``section``'s FDEs where a symbol file asks
     (amd64, sorted, no parts given entries, the C built; nothing loaded)."""
     return USE and section.arch.abi_id == AMD64.abi_id and not section.header.big_endian \
-        and section.header.sorted and not section._entries and native.built()
+        and section.header.sorted and not _entered(section) and native.built()
 
 
 def fdes_maker(section: SFrameSection) -> Callable[[range], list[Made]] | None:

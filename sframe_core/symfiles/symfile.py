@@ -672,8 +672,10 @@ def _store(section: SFrameSection, store_file: str | None) -> AnalysisStore | No
             or section.num_fdes < analysis_store.MIN_FDES \
             or not analysis_store.enabled():
         return None
+    from ..analysis.section import analysis_of
+
     store = analysis_store.AnalysisStore.load(store_file, f"sframe-gdb symbol file {GENERATOR}")
-    section.analysis_store = store  # an AnalysisStore is a ResultStore
+    analysis_of(section).store = store  # an AnalysisStore is a ResultStore
     return store
 
 
@@ -711,12 +713,13 @@ def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None,
     read before, written after; the same bytes with it or without.
     ``progress``: told how many FDEs are done as they are (0 as their work begins).
     """
+    from ..analysis.section import SectionAnalysis
     from ..dwarf.debug_frame import assemble, encoded, entry_function
     from ..targets.modules import Module
 
     path = plan.module.path
     info = read_elf(path)
-    section = info.open(whole=True)
+    section = info.open(whole=True, analyser=SectionAnalysis)
     if section is None:
         raise FileError(f"{path}: no .sframe section")
     store = _store(section, store_file)
@@ -763,12 +766,13 @@ def _with_parts(section: SFrameSection, exits: Exits, items: list[Encoded],
     made again, with the rules the module's branches into them prove
     (``analysis/parts.py``): a second pass, once every function's exits are known."""
     from ..analysis.parts import entries
+    from ..analysis.section import analysis_of
     from ..dwarf.debug_frame import encoded, functions
 
     found = entries(section, exits, section_starts)
     if not found:
         return items
-    section.enter_parts(found)
+    analysis_of(section).enter_parts(found)
     again: dict[tuple[int, int], Encoded] = {}
     for start in sorted(found):
         fde = section.find_fde(start)
@@ -918,16 +922,18 @@ _worker_module: dict[tuple[bytes, bool], SFrameSection | None] = {}
 
 def _worker_section(path: str, saved: bool) -> SFrameSection | None:
     """``path``'s section, read whole (``open(whole=True)``), for a worker's part."""
+    from ..analysis.section import SectionAnalysis, analysis_of
+
     key = (_identity(path), saved)
     if key not in _worker_module:
         _worker_module.clear()
-        section = read_elf(path).open(whole=True)
+        section = read_elf(path).open(whole=True, analyser=SectionAnalysis)
         if section is not None:
             section.saved_registers = saved
         _worker_module[key] = section
     section = _worker_module[key]
     if section is not None:
-        section.analysis_store = None  # each part attaches the store it reads
+        analysis_of(section).store = None  # each part attaches the store it reads
     return section
 
 

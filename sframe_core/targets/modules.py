@@ -138,8 +138,10 @@ class Module:
                 return self._sframe
             info = self.elf
             if info is not None and info.has_sframe and info.sframe_address is not None:
+                from ..analysis.section import SectionAnalysis
                 try:
-                    self._sframe = info.open(info.sframe_address + self.bias)
+                    self._sframe = info.open(info.sframe_address + self.bias,
+                                             analyser=SectionAnalysis)
                 except SFrameError as exc:
                     self._fail(exc)
         return self._sframe

@@ -50,6 +50,7 @@ from sframe_core.analysis.decoders import decoder_for
 from sframe_core.analysis.effects import CALLEE_SAVED, Flow
 from sframe_core.analysis.s390x import s390x_jump_table
 from sframe_core.analysis.saved import Span
+from sframe_core.analysis.section import SectionAnalysis, analysis_of
 from sframe_core.base.rows import Row, Rule, RuleKind
 from sframe_core.dwarf.cfi import CFITable
 from sframe_core.format.elf import read_elf
@@ -332,7 +333,7 @@ def _padding(section: SFrameSection, fde: FDE) -> list[tuple[int, int]]:
 def check(path: str) -> Result:
     result = Result(path)
     info = read_elf(path)
-    section = info.open()
+    section = info.open(analyser=SectionAnalysis)
     assert section is not None, f"{path}: no .sframe"
     assert section.code is not None, f"{path}: no code reader"
     table = CFITable(path)
@@ -340,7 +341,7 @@ def check(path: str) -> Result:
     for fde in section.iter_fdes():
         if fde.is_pcmask:
             continue
-        analysis = section.saved_analysis(fde)
+        analysis = analysis_of(section).rules(fde)
         result.notes[analysis.note or "analysed"] += 1
         rows = table.fde_rows(fde.start)
         slots: dict[int, set[int]] = {}
