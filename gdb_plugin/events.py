@@ -178,6 +178,23 @@ def connect(plugin: SFrameUnwinder) -> None:
             guarded("symbol file: ", lambda: routes.on_stop(event))
         guarded("cannot read the section table: ", plugin.refresh)
 
+    def on_prompt() -> None:
+        on_stop(None)
+        follow_annotations()
+
+    def follow_annotations() -> None:
+        # gdb 16 and later make every Python stop event's ``details`` by
+        # printing the stop once more (py-stopevent.c: bpstat_print), and
+        # its annotations go to the terminal: with ``set annotate 2`` (or
+        # --annotate=2) a stop shows "breakpoint 1" or "watchpoint 3" twice
+        # while any Python stop listener is connected. With annotations on,
+        # the stop's work is left to the prompt, which such a session has;
+        # the level is looked at as the program resumes and at each prompt.
+        wanted = not _annotating()
+        if wanted != listening[0]:
+            (events.stop.connect if wanted else events.stop.disconnect)(on_stop)
+            listening[0] = wanted
+
     def on_new_thread(event=None) -> None:
         # A core's files are waited for; then a process to unwind (``run``,
         # ``attach``, a core) lists the unwinder before its first stop if an
@@ -190,6 +207,7 @@ def connect(plugin: SFrameUnwinder) -> None:
         plugin.forget_frames()
         if routes is not None:
             routes.on_resume()
+        follow_annotations()  # before the stop this resume ends in
 
     handlers = [
         ("new_objfile", on_new_objfile),
@@ -205,7 +223,7 @@ def connect(plugin: SFrameUnwinder) -> None:
         ("memory_changed", plugin.forget_frames),
         ("register_changed", plugin.forget_frames),
         ("stop", on_stop),
-        ("before_prompt", on_stop),
+        ("before_prompt", on_prompt),
     ]
     old = getattr(gdb, "_sframe_gdb_handlers", [])
     for name, handler in old:
@@ -220,3 +238,13 @@ def connect(plugin: SFrameUnwinder) -> None:
             registry.connect(handler)
             connected.append((name, handler))
     gdb._sframe_gdb_handlers = connected
+    listening = [True]
+    follow_annotations()
+
+
+def _annotating() -> bool:
+    """Does gdb print annotations of level 2 or more (``set annotate``)?"""
+    try:
+        return int(gdb.parameter("annotate")) > 1
+    except (gdb.error, RuntimeError, TypeError, ValueError):
+        return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gdb
 
 from . import commands, events
+from .cmdline import mi_mode
 from .symfiles import Routes
 from .unwinder import SFrameUnwinder
 
@@ -42,6 +43,7 @@ def register() -> SFrameUnwinder:
         plugin.refresh()
     except Exception:  # noqa: BLE001 - no program yet
         plugin.list_if_needed()
-    gdb.write(LOADED_LINE + "\n")
+    if not mi_mode():  # an IDE's records as on the twin, which has no such line
+        gdb.write(LOADED_LINE + "\n")
     return plugin
 

@@ -39,6 +39,8 @@ from sframe_core.format.elf import read_elf
 from sframe_core.symfiles.jobs import FOREGROUND_FDES, Job, JobResult, made_at_once, symbol_file_now
 from sframe_core.symfiles.symfile import ModuleInfo, cache_dir, cached_symbol_file, read_module
 
+from .cmdline import batch_mode
+
 __all__ = ["Route", "Routes", "SETTINGS", "FOREGROUND_FDES", "NATIVE", "PENDING", "FALLBACK",
            "OWN_CFI", "HELD"]
 
@@ -412,49 +414,6 @@ def _core(inferior: object) -> bool:
         return connection is not None and getattr(connection, "type", None) == "core"
     except (RuntimeError, gdb.error):
         return False
-
-
-# gdb's options that take a value as the next argument (gdb(1); one or two
-# dashes, as getopt_long_only reads them).
-_VALUED = frozenset({"ex", "iex", "eval-command", "init-eval-command", "x", "ix", "command",
-                     "init-command", "p", "pid", "c", "core", "s", "symbols", "e", "exec", "se",
-                     "cd", "d", "directory", "D", "data-directory", "l", "i", "interpreter",
-                     "tty", "b"})
-_BATCH: bool | None = None
-
-
-def batch_mode() -> bool:
-    """Was gdb started with ``-batch`` (or ``-batch-silent``)? Its commands
-    then run once, with no prompt where a file a worker made later would be
-    attached, and gdb exits: a missing file is made before gdb goes on
-    (``_decide``), since the user waits for exactly the answer it gives."""
-    global _BATCH
-    if _BATCH is None:
-        try:
-            with open("/proc/self/cmdline", "rb") as stream:
-                words = stream.read().decode("utf-8", "replace").split("\0")[1:]
-        except OSError:
-            words = []
-        _BATCH = _has_batch(words)
-    return _BATCH
-
-
-def _has_batch(words: list[str]) -> bool:
-    """Does a gdb command line (without its argv[0]) hold ``-batch``?"""
-    value = False
-    for word in words:
-        if value:
-            value = False
-            continue
-        if not word.startswith("-") or word in ("-", "--"):
-            continue
-        name = word.lstrip("-")
-        if name in ("args",):
-            break  # the program's own arguments follow (after its name)
-        if name in ("batch", "batch-silent"):
-            return True
-        value = "=" not in name and name in _VALUED
-    return False
 
 
 def _held_at(event: object) -> bool:
