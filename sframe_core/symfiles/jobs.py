@@ -62,16 +62,12 @@ PROGRESS = "progress"
 # What a worker's symbol file costs (``Job.remaining``, until the worker
 # reports its progress): its start-up (Python and imports, until its
 # ``progress 0``) and the seconds of one CPU per byte of code with the
-# saved-register analysis, real code (the 2-CPU test machine, 3 December
-# 2026: lua5.4's 181 KB, the worker 0.67 s wall on two CPUs, 0.09 s of it
-# start-up; generated programs about half as much per byte).
+# saved-register analysis, as measured on real code (docs/dwarf.md, "Cost").
 WORKER_START_SECONDS = 0.1
 SECONDS_PER_CODE_BYTE = 6.5e-6
 # The same with the amd64 FDEs made in C (``sframe_core.analysis.native``,
-# ``native_fdes``) built: lua5.4's worker 0.18-0.22 s wall alone, in-process
-# (6 December 2026; its ``.cold`` parts and the functions the C declines are
-# the Python's), generated code a fifth of that per byte; a little more per
-# byte here (a worker expected too soon is waited for in vain).
+# ``native_fdes``); a little more per byte than measured, since a worker
+# expected too soon is waited for in vain.
 SECONDS_PER_CODE_BYTE_NATIVE = 0.6e-6
 # A worker expected to be done within this long is waited for at a stop
 # (``Job.result_at_stop``: once per worker, for at most twice as long): its

@@ -66,23 +66,8 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_sy
            "has_debug_information"]
 
 # Bump when the bytes written for the same input change (a fix in dwarf.py):
-# cached files of older generators are then not reused.
-# 2, 3: function symbols when stripped (elfsyms); 4: key of what is copied in;
-# 5: callee-saved register rules (saved.py); 6: no DW_CFA_restore (LLDB
-# restores to the FDE's first row, not the CIE); 7: no DW_CFA_val_offset
-# (LLDB misreads it: s390x's caller SP); 8: amd64 computed gotos and
-# traced-back table bases (more register rules); 9: a header whose fixed RA
-# or FP offset is not its ABI's is an error, not rows; 10: LLDB's file carries
-# an .eh_frame with the entry function's FDE (``_entry_eh_frame``); 11: LLDB
-# 21's file (``before_entry``) gives the byte before e_entry an unnamed
-# symbol and an FDE (``_before_entry``); 12: rules in gcc's NAME.cold parts,
-# from the branches into them (analysis/parts.py); 13: amd64's
-# ``movq m64, xmm`` (66 0F D6) is a store, which capstone 5.0.7 marks a read
-# (analysis/amd64.py): files made before may keep a rule past it; 14: gdb's
-# file has no copy of a symbol table the module has itself (``_write``); 15:
-# a section gold, lld or mold concatenated is read part by part, or refused
-# (format/linked.py): files made before hold the first part only (v3) or
-# wrong addresses (v1, v2).
+# cached files of older generators are then not reused. What each version
+# changed: docs/dwarf.md, "Generator versions".
 GENERATOR = 15
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
@@ -859,16 +844,13 @@ def _uncovered(funcs: Iterable[Function], covered: list[tuple[int, int]]) -> Ite
 # -- worker processes ---------------------------------------------------------------
 
 # Below this many FDEs a module is done in-process: forked workers (each
-# with a cold decoder memo) would cost about what they save. Measured with
-# ``--jobs 2`` on the 2-core test machine, forked workers: lua5.4 (705 FDEs)
-# 0.79 s alone, 0.45 s split; 1,030 generated FDEs 0.44 s, 0.29 s.
+# with a cold decoder memo) would cost about what they save (figures:
+# docs/dwarf.md, "Cost").
 PARALLEL_MIN_FDES = 512
-# The same where the C makes the FDEs (``native_fdes``): 10 us per generated
-# function, where starting the workers, reading the module in each and
-# sending the FDEs back costs about 0.1 s, and each worker learns the
-# module's encodings again (``amd64.c``'s memo). ``sframe to-dwarf`` with
-# ``--jobs 1`` and split in two (6 December 2026): 10,030 generated FDEs
-# 0.24-0.27 s and 0.21-0.22 s; 40,030 FDEs 0.60-0.63 s and 0.52-0.57 s.
+# The same where the C makes the FDEs (``native_fdes``): starting the
+# workers, reading the module in each and sending the FDEs back costs about
+# 0.1 s, and each worker learns the module's encodings again (``amd64.c``'s
+# memo), against about 10 us per function made.
 NATIVE_SPLIT_MIN_FDES = 16384
 # The line a session splits from, if set (tests send a small program to
 # workers with it, as ``jobs.FOREGROUND_ENV`` does for the worker itself).
