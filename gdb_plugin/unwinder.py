@@ -155,7 +155,7 @@ def _after_call(section: SFrameSection, pc: int) -> bool:
 
     Checked on the file's bytes (any of the call encodings compilers emit);
     unknown counts as yes. A frame at such a PC is treated as a caller
-    (rows at ``pc - 1``), whether or not gdb counts it as an inline frame.
+    (rows at ``pc - 1``).
     """
     if section.code is None:
         return True
