@@ -509,12 +509,10 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             return self._unusable(pending_frame, entry, pc, level)
         interrupted = level == 0 or level in walk.after_sigtramp or (
             level == walk.first_level and _below_inline_only(pc, level)
-            and section is not None and not _after_call(section, pc))
+            and not _after_call(section, pc))
         lookup_pc = pc if interrupted else pc - 1
         if self.mode == "auto" and entry.covered_by_cfi(self, lookup_pc):
             self._note_sigtramp(pending_frame, walk, pc, level)
-            return None
-        if section is None:
             return None
         try:
             row = section.row_at(lookup_pc)
