@@ -45,7 +45,7 @@ from sframe_core.base.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X
 from sframe_core.base.errors import SFrameError
 from sframe_core.symfiles.jobs import Job, JobResult
 
-from . import locate
+from . import locate, seed
 from .jobs import in_background, job_for, start_job
 from .state import (
     ENV,
@@ -275,6 +275,7 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget, *,
     (``at_stop``: from the stop-hook, where a nearly done worker is waited for)."""
     if not enabled() or target is None or not target.IsValid():
         return []
+    seed.refresh()
     seen = _routes.setdefault(target_key(target), {})
     new = []
     for module in target.module_iter():
@@ -291,10 +292,11 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget, *,
             continue
         if old is not None or key in _covered:
             continue
-        original = locate.copy_of(key[0])
-        if original is not None:
+        copied = locate.copy_of(key[0])
+        if copied is not None:
+            original, how = copied
             seen[key] = Route(NATIVE, _name(module), f"{key[0]} (the module LLDB loaded for "
-                              f"{original}, from the locate-module callback)")
+                              f"{original}, {how})")
             continue
         wanted = _wants_route(target, module)
         if wanted is None:

@@ -1,0 +1,141 @@
+"""The reconstructed module put where ``target create FILE`` finds it.
+
+LLDB before 22 loses a module's addresses when a symbol file replaces its
+debug information (``state.keeps_addresses_when_debug_info_is_replaced``);
+what serves such a module is a copy of it whose ``.debug_frame`` holds its
+SFrame rows (``sframe_core.symfiles.module_copy``), handed to LLDB as the
+module itself. ``target create FILE`` (``file FILE``, ``lldb FILE``) finds
+an executable in LLDB's shared module list first, by the module's file or
+its platform file, before it reads FILE: a module made here from the copy,
+with FILE as its platform file (``SBModule(SBModuleSpec)``), is the one the
+target then gets. LLDB prints FILE as the current executable and launches
+FILE itself (its platform file: ``/proc/PID/exe`` and ``argv[0]`` are FILE);
+``target list``, ``image list`` and the "Process N launched:" line name the
+copy.
+
+When: before ``target create`` where LLDB lets a command be overridden
+(21), and at import for the file on LLDB's own command line (``lldb FILE``,
+the plugin imported from ``~/.lldbinit``), on every LLDB before 22. A
+``target create`` typed after the import on 14-20 gets no copy: no callback
+runs before it there, and the status line says so.
+
+LLDB's shared module list checks a module's own file (the copy) for
+changes, not FILE: a module made from the copy of an older FILE would be
+found for a rebuilt one. So whenever the plugin runs (each override, stop,
+``sframe`` command), the copy of a FILE that changed since is marked
+changed (its modification time), which makes LLDB drop it from the list at
+the next lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+
+import lldb
+
+from sframe_core.base.errors import SFrameError
+
+from . import locate
+from .state import warn_once
+
+__all__ = ["seed", "seed_command_line", "refresh", "driver_files"]
+
+# FILE -> (the module made from its copy, the copy, FILE's stat when made).
+_seeded: dict[str, tuple[lldb.SBModule, str, tuple[int, int, int]]] = {}
+
+
+def _stat(path: str) -> tuple[int, int, int] | None:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_mtime_ns, found.st_size, found.st_ino)
+
+
+def refresh() -> None:
+    """Mark the copies of FILEs changed since they were seeded as changed too."""
+    for path, (_module, copy, seen) in list(_seeded.items()):
+        if _stat(path) == seen:
+            continue
+        del _seeded[path]
+        try:
+            later = time.time() + 1
+            os.utime(copy, (later, later))
+        except OSError:
+            pass
+
+
+def seed(path: str) -> bool:
+    """Put a module made from ``path``'s copy in LLDB's shared module list,
+    under ``path``; True when done (or done already)."""
+    refresh()
+    path = os.path.abspath(os.path.expanduser(path))
+    if path in _seeded:
+        return True
+    from .create import needs_copy
+    try:
+        if not os.path.isfile(path) or not needs_copy(path):
+            return False
+        from sframe_core.symfiles.module_copy import module_with_debug_frame
+        copy = module_with_debug_frame(path)
+    except (SFrameError, OSError, ValueError) as exc:
+        warn_once(("seed", path), f"{os.path.basename(path)}: no copy with the SFrame rows "
+                  f"for LLDB: {exc}")
+        return False
+    seen = _stat(path)
+    spec = lldb.SBModuleSpec()
+    spec.SetFileSpec(lldb.SBFileSpec(copy))
+    spec.SetPlatformFileSpec(lldb.SBFileSpec(path))
+    module = lldb.SBModule(spec)
+    if not module.IsValid() or seen is None:
+        return False
+    _seeded[path] = (module, copy, seen)
+    locate.note_copy(copy, path, "'target create' found it in LLDB's module list")
+    return True
+
+
+# lldb's options that take a value (``lldb --help``); -f/--file names the program.
+_VALUED = frozenset({"-a", "--arch", "-c", "--core", "-o", "--one-line", "-O",
+                     "--one-line-before-file", "-s", "--source", "-S", "--source-before-file",
+                     "-k", "--one-line-on-crash", "-K", "--source-on-crash", "-n",
+                     "--attach-name", "-p", "--attach-pid", "-l", "--script-language",
+                     "-R", "--repl-language", "-f", "--file", "--debug-file"})
+
+
+def driver_files(argv: Sequence[str]) -> list[str]:
+    """The program ``lldb ARGS`` creates its target from (``lldb FILE``,
+    ``lldb -f FILE``, ``lldb -- FILE ARGS``), as a list of at most one."""
+    words = list(argv)
+    while words:
+        word = words.pop(0)
+        if word == "--":
+            return words[:1]
+        name = word.split("=", 1)[0]
+        if name in ("-f", "--file"):
+            if "=" in word:
+                return [word.split("=", 1)[1]]
+            return words[:1]
+        if word.startswith("-") and len(word) > 1:
+            if name in _VALUED and "=" not in word and words:
+                words.pop(0)
+            continue
+        return [word]
+    return []
+
+
+def seed_command_line() -> None:
+    """Seed the program on LLDB's own command line (the import from ``~/.lldbinit``
+    comes before the target ``lldb FILE`` creates)."""
+    try:
+        with open("/proc/self/cmdline", "rb") as stream:
+            argv = [a.decode(errors="replace") for a in stream.read().split(b"\0")[:-1]]
+    except OSError:
+        return
+    # The driver may run under the dynamic loader (``ld.so .../lldb ARGS``).
+    at = next((i for i, a in enumerate(argv) if os.path.basename(a).startswith("lldb")), None)
+    if at is None:
+        return
+    for path in driver_files(argv[at + 1:]):
+        seed(path)
