@@ -94,17 +94,24 @@ def _normal(text: str) -> str:
     return "\n".join(lines)
 
 
-def _cell(version: str, demo: Path, name: str, *, core: bool = False
+def _cell(version: str, demo: Path, name: str, *, core: bool = False, driver: bool = False
           ) -> tuple[str, str]:
     """The twin's transcript (plain LLDB) and the .noeh file's (the plugin;
-    ``sframe create`` makes the target)."""
+    ``sframe create`` makes the target, or with ``driver`` LLDB's own
+    ``lldb FILE``, the plugin imported before it as from ``~/.lldbinit``)."""
     def commands(side: str, create: str) -> list[str]:
         path = demo / side / name
         if core:
             return [f"{create} {path} --core {demo / side / name}.core", *ASKED]
-        return [f"{create} {path}", _stop_here(demo, name), "process launch", *ASKED]
-    want = run_lldb(version, commands("twin", "target create"), plugin=False)
-    got = run_lldb(version, [*commands("noeh", "sframe create"), "sframe status", "sframe bt"])
+        made = [] if driver else [f"{create} {path}"]
+        return [*made, _stop_here(demo, name), "process launch", *ASKED]
+
+    def program(side: str) -> str | None:
+        return str(demo / side / name) if driver else None
+    want = run_lldb(version, commands("twin", "target create"), plugin=False,
+                    program=program("twin"))
+    got = run_lldb(version, [*commands("noeh", "sframe create"), "sframe status", "sframe bt"],
+                   program=program("noeh"))
     assert "Traceback" not in got, got
     return want, got
 
@@ -122,11 +129,17 @@ def _status(got: str) -> str:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_live_g(version: str, demo: Path) -> None:
-    """-O2 -g: the twin's frames, registers and variables (``sframe create``
-    gives LLDB before 22 a module with the SFrame rows)."""
-    want, got = _cell(version, demo, "demo")
+    """-O2 -g started as ``lldb FILE``: the twin's frames, registers and
+    variables (before 22 the plugin, imported first, puts the module copy
+    with the SFrame rows where LLDB's ``target create`` finds it: ``seed``),
+    and LLDB's "Current executable" line names FILE."""
+    want, got = _cell(version, demo, "demo", driver=True)
     _same(want, got, ASKED)
-    assert "LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+    status = _status(got)
+    assert "demo: LLDB's own unwinder, .debug_frame from SFrame" in status, got
+    assert f"Current executable set to '{demo / 'noeh' / 'demo'}'" in got, got
+    if major(version) < 22:
+        assert "found it in LLDB's module list" in status, got
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -281,26 +294,27 @@ def test_threads_g(version: str, threads: Path) -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_attach_g(version: str, threads: Path) -> None:
-    """Attach to the threads program (``sleep`` mode, ASLR off for both)."""
+    """Attach to the threads program (``sleep`` mode, ASLR off for both),
+    started as ``lldb FILE`` then ``process attach -p PID``."""
     setarch = shutil.which("setarch")
     if setarch is None:
         missing("setarch is not installed (util-linux)")
 
-    def frames(side: str, create: str, plugin: bool) -> list[list[tuple[int | None, str | None]]]:
+    def frames(side: str, plugin: bool) -> list[list[tuple[int | None, str | None]]]:
         path = threads / side / "threads"
         proc = subprocess.Popen([setarch, "-R", str(path), "sleep"], stdout=subprocess.PIPE,
                                 text=True)
         try:
             assert proc.stdout is not None and "READY" in proc.stdout.readline()
-            out = run_lldb(version, [f"{create} {path}", f"process attach -p {proc.pid}", "bt all",
-                                     "process detach"], plugin=plugin)
+            out = run_lldb(version, [f"process attach -p {proc.pid}", "bt all",
+                                     "process detach"], plugin=plugin, program=str(path))
         finally:
             proc.kill()
             proc.wait()
         return _own_frames(command_output(out, "bt all"))
-    want = frames("twin", "target create", False)
+    want = frames("twin", False)
     assert len(want) == 4 and sum(map(bool, want)) >= 3, want
-    assert frames("noeh", "sframe create", True) == want
+    assert frames("noeh", True) == want
 
 
 @pytest.fixture(scope="module")
@@ -340,3 +354,17 @@ def test_library_g(version: str, library: Path) -> None:
     _same(want, got, ASKED)
     assert "debug_frame UnwindPlan" in command_output(got, "image show-unwind -n lib_b"), got
     assert "libsf.so: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+
+
+def test_live_g_target_create_21(demo: Path) -> None:
+    """LLDB 21 overrides commands: a ``target create FILE`` typed after the
+    import gets the module copy too (the override puts it where LLDB looks),
+    with the twin's frames, registers and variables."""
+    def commands(side: str) -> list[str]:
+        return [f"target create {demo / side / 'demo'}", _stop_here(demo, "demo"),
+                "process launch", *ASKED]
+    want = run_lldb("21", commands("twin"), plugin=False)
+    got = run_lldb("21", [*commands("noeh"), "sframe status"])
+    _same(want, got, ASKED)
+    assert "demo: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+    assert f"Current executable set to '{demo / 'noeh' / 'demo'}'" in got, got
