@@ -49,7 +49,8 @@ from .state import (
 if TYPE_CHECKING:
     from sframe_core.symfiles.symfile import ModuleInfo, SymbolFile
 
-__all__ = ["install", "attached", "copy_of", "note_copy", "supported", "start_worker"]
+__all__ = ["install", "attached", "copy_of", "handed", "note_copy", "supported",
+           "start_worker"]
 
 _lock = threading.Lock()
 # e_machine of the ABIs the callback was tested with (x86_64, aarch64). s390x
@@ -153,6 +154,17 @@ def _symbol_file(path: str) -> str | None:
             note_copy(made, path)
     _decided[key] = made
     return made
+
+
+def handed(path: str) -> tuple[str, bool] | None:
+    """What the callback hands LLDB for the module at ``path``: the file
+    (our symbol file, or the module copy), and whether it is the copy; None
+    when nothing (``_symbol_file``)."""
+    with _lock:
+        made = _symbol_file(path)
+    if made is None:
+        return None
+    return made, os.path.realpath(made) in _copies
 
 
 def copy_of(path: str | None) -> tuple[str, str] | None:

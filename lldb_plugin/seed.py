@@ -1,4 +1,4 @@
-"""The reconstructed module put where ``target create FILE`` finds it.
+"""The module put where ``target create FILE`` finds it.
 
 LLDB before 22 loses a module's addresses when a symbol file replaces its
 debug information (``state.keeps_addresses_when_debug_info_is_replaced``);
@@ -11,7 +11,9 @@ with FILE as its platform file (``SBModule(SBModuleSpec)``), is the one the
 target then gets. LLDB prints FILE as the current executable and launches
 FILE itself (its platform file: ``/proc/PID/exe`` and ``argv[0]`` are FILE);
 ``target list``, ``image list`` and the "Process N launched:" line name the
-copy.
+copy. A stripped FILE's module is made the same way, from FILE with our
+symbol file as its symbol file from the start (``_module_spec``): LLDB then
+builds its symbol table with the file's function symbols.
 
 When: before ``target create`` where LLDB lets a command be overridden
 (21), and at import for the file on LLDB's own command line (``lldb FILE``,
@@ -36,14 +38,15 @@ from collections.abc import Sequence
 import lldb
 
 from sframe_core.base.errors import SFrameError
+from sframe_core.base.files import elf_layout, open_elf
 
 from . import locate
 from .state import warn_once
 
 __all__ = ["seed", "seed_command_line", "refresh", "driver_files"]
 
-# FILE -> (the module made from its copy, the copy, FILE's stat when made).
-_seeded: dict[str, tuple[lldb.SBModule, str, tuple[int, int, int]]] = {}
+# FILE -> (the module made for it, the copy it is made from or None, FILE's stat then).
+_seeded: dict[str, tuple[lldb.SBModule, str | None, tuple[int, int, int]]] = {}
 
 
 def _stat(path: str) -> tuple[int, int, int] | None:
@@ -60,6 +63,8 @@ def refresh() -> None:
         if _stat(path) == seen:
             continue
         del _seeded[path]
+        if copy is None:
+            continue  # made from FILE itself: LLDB sees the change
         try:
             later = time.time() + 1
             os.utime(copy, (later, later))
@@ -68,32 +73,62 @@ def refresh() -> None:
 
 
 def seed(path: str) -> bool:
-    """Put a module made from ``path``'s copy in LLDB's shared module list,
-    under ``path``; True when done (or done already)."""
+    """Put the module ``target create PATH`` should get in LLDB's shared
+    module list (``_module_spec``); True when done (or done already)."""
     refresh()
     path = os.path.abspath(os.path.expanduser(path))
     if path in _seeded:
         return True
-    from .create import needs_copy
     try:
-        if not os.path.isfile(path) or not needs_copy(path):
-            return False
-        from sframe_core.symfiles.module_copy import module_with_debug_frame
-        copy = module_with_debug_frame(path)
+        found = _module_spec(path) if os.path.isfile(path) else None
     except (SFrameError, OSError, ValueError) as exc:
-        warn_once(("seed", path), f"{os.path.basename(path)}: no copy with the SFrame rows "
-                  f"for LLDB: {exc}")
+        warn_once(("seed", path), f"{os.path.basename(path)}: nothing for LLDB's unwinder "
+                  f"before 'target create': {exc}")
         return False
     seen = _stat(path)
-    spec = lldb.SBModuleSpec()
-    spec.SetFileSpec(lldb.SBFileSpec(copy))
-    spec.SetPlatformFileSpec(lldb.SBFileSpec(path))
+    if found is None or seen is None:
+        return False
+    spec, copy = found
     module = lldb.SBModule(spec)
-    if not module.IsValid() or seen is None:
+    if not module.IsValid():
         return False
     _seeded[path] = (module, copy, seen)
-    locate.note_copy(copy, path, "'target create' found it in LLDB's module list")
+    if copy is not None:
+        locate.note_copy(copy, path, "'target create' found it in LLDB's module list")
     return True
+
+
+def _module_spec(path: str) -> tuple[lldb.SBModuleSpec, str | None] | None:
+    """The module for ``path`` and the copy it is made from (None: ``path`` itself).
+
+    - Before 22, with debug information: the copy with the SFrame rows, with
+      ``path`` as its platform file.
+    - Stripped (no symbol table, no debug information): ``path`` with our
+      symbol file as its symbol file from the start. Added later, LLDB keeps
+      the symbol table it built from ``.dynsym`` alone (such a module has no
+      symbol file of its own, so adding one does not clear it): frames without
+      names, and on 14 and 16 no unwind plan from the file at all.
+    - Else None: the stop-hook's late add serves it as well.
+    """
+    with open_elf(path) as stream:
+        layout = elf_layout(stream, path)
+    names = {s.name for s in layout.sections if s.size}
+    if ".symtab" in names and ".debug_info" not in names:
+        return None
+    handed = locate.handed(path)
+    if handed is None:
+        return None
+    made, is_copy = handed
+    spec = lldb.SBModuleSpec()
+    if is_copy:
+        spec.SetFileSpec(lldb.SBFileSpec(made))
+        spec.SetPlatformFileSpec(lldb.SBFileSpec(path))
+        return spec, made
+    if ".debug_info" in names:
+        return None  # LLDB 22+: added at the first stop, as it always was
+    spec.SetFileSpec(lldb.SBFileSpec(path))
+    spec.SetSymbolFileSpec(lldb.SBFileSpec(made))
+    return spec, None
 
 
 # lldb's options that take a value (``lldb --help``); -f/--file names the program.
