@@ -103,18 +103,17 @@ def _module_spec(path: str) -> tuple[lldb.SBModuleSpec, str | None] | None:
 
     - Before 22, with debug information: the copy with the SFrame rows, with
       ``path`` as its platform file.
-    - Stripped (no symbol table, no debug information): ``path`` with our
-      symbol file as its symbol file from the start. Added later, LLDB keeps
-      the symbol table it built from ``.dynsym`` alone (such a module has no
-      symbol file of its own, so adding one does not clear it): frames without
-      names, and on 14 and 16 no unwind plan from the file at all.
-    - Else None: the stop-hook's late add serves it as well.
+    - Without debug information: ``path`` with our symbol file as its symbol
+      file from the start. Added later, LLDB keeps the symbol table it built
+      without the file when the module had no symbol file of its own (a
+      stripped one: only ``.dynsym``): frames without names, and on 14 and 16
+      no unwind plan from the file at all. And a core's modules are served as
+      the core loads, where LLDB before 21 runs no stop-hook.
+    - Else None (22+ with debug information: the stop-hook adds the file).
     """
     with open_elf(path) as stream:
         layout = elf_layout(stream, path)
     names = {s.name for s in layout.sections if s.size}
-    if ".symtab" in names and ".debug_info" not in names:
-        return None
     handed = locate.handed(path)
     if handed is None:
         return None
