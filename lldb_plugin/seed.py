@@ -16,10 +16,13 @@ symbol file as its symbol file from the start (``_module_spec``): LLDB then
 builds its symbol table with the file's function symbols.
 
 When: before ``target create`` where LLDB lets a command be overridden
-(21), and at import for the file on LLDB's own command line (``lldb FILE``,
-the plugin imported from ``~/.lldbinit``), on every LLDB before 22. A
-``target create`` typed after the import on 14-20 gets no copy: no callback
-runs before it there, and the status line says so.
+(19+), and at import for the file on LLDB's own command line (``lldb
+FILE``, the plugin imported from ``~/.lldbinit``), on every LLDB. A
+``target create`` typed after the import on 14 and 16 gets nothing: no
+callback runs before it there, and the status line says so. 14 and 16
+have no locate-module callback for libraries either: there the libraries
+FILE's own search path finds (``sframe_core.base.needed``) are put in the
+list with it, under the names the dynamic loader will give them.
 
 LLDB's shared module list checks a module's own file (the copy) for
 changes, not FILE: a module made from the copy of an older FILE would be
@@ -41,7 +44,6 @@ from sframe_core.base.errors import SFrameError
 from sframe_core.base.files import elf_layout, open_elf
 
 from . import locate
-from .state import warn_once
 
 __all__ = ["seed", "seed_command_line", "refresh", "driver_files"]
 
@@ -74,17 +76,26 @@ def refresh() -> None:
 
 def seed(path: str) -> bool:
     """Put the module ``target create PATH`` should get in LLDB's shared
-    module list (``_module_spec``); True when done (or done already)."""
+    module list (``_module_spec``), and where LLDB has no locate-module
+    callback (14, 16) those of the libraries PATH's own search path finds;
+    True when PATH's was put there (or was already)."""
     refresh()
     path = os.path.abspath(os.path.expanduser(path))
+    done = _seed_one(path)
+    if not locate.supported() and os.path.isfile(path):
+        from sframe_core.base.needed import needed_libraries
+        for library in needed_libraries(path):
+            _seed_one(library)
+    return done
+
+
+def _seed_one(path: str) -> bool:
     if path in _seeded:
         return True
     try:
         found = _module_spec(path) if os.path.isfile(path) else None
-    except (SFrameError, OSError, ValueError) as exc:
-        warn_once(("seed", path), f"{os.path.basename(path)}: nothing for LLDB's unwinder "
-                  f"before 'target create': {exc}")
-        return False
+    except (SFrameError, OSError, ValueError):
+        return False  # said once by the stop-hook or 'sframe status', which route it again
     seen = _stat(path)
     if found is None or seen is None:
         return False
@@ -94,7 +105,7 @@ def seed(path: str) -> bool:
         return False
     _seeded[path] = (module, copy, seen)
     if copy is not None:
-        locate.note_copy(copy, path, "'target create' found it in LLDB's module list")
+        locate.note_copy(copy, path, "LLDB found it in its module list, put there by the plugin")
     return True
 
 

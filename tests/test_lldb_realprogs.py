@@ -211,7 +211,7 @@ def test_lldb21_debug_info_modules_get_the_copy(tmp_path: Path) -> None:
     assert "loses a module's addresses" not in out
     status = command_output(out, "sframe status")
     assert "lua5.4.noeh: LLDB's own unwinder, .debug_frame from SFrame" in status, status
-    assert "found it in LLDB's module list" in status, status
+    assert "found it in its module list" in status, status
     assert "stop reason = breakpoint 1." in out, out[-2000:]
     assert "stop reason = breakpoint 2." in command_output(out, "continue"), out[-2000:]
 
