@@ -146,7 +146,7 @@ _VALUED = frozenset({"-a", "--arch", "-c", "--core", "-o", "--one-line", "-O",
                      "--one-line-before-file", "-s", "--source", "-S", "--source-before-file",
                      "-k", "--one-line-on-crash", "-K", "--source-on-crash", "-n",
                      "--attach-name", "-p", "--attach-pid", "-l", "--script-language",
-                     "-R", "--repl-language", "-f", "--file", "--debug-file"})
+                     "-R", "--repl-language", "-f", "--file", "--capture-path"})
 
 
 def driver_files(argv: Sequence[str]) -> list[str]:
