@@ -44,6 +44,7 @@ from sframe_core.base.errors import SFrameError
 from sframe_core.base.files import elf_layout, open_elf
 
 from . import locate
+from .state import enabled
 
 __all__ = ["seed", "seed_command_line", "refresh", "driver_files"]
 
@@ -80,6 +81,8 @@ def seed(path: str) -> bool:
     callback (14, 16) those of the libraries PATH's own search path finds;
     True when PATH's was put there (or was already)."""
     refresh()
+    if not enabled():
+        return False  # SFRAME_LLDB_ROUTE=provider: LLDB gets its own files
     path = os.path.abspath(os.path.expanduser(path))
     done = _seed_one(path)
     if not locate.supported() and os.path.isfile(path):
