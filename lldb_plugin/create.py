@@ -8,12 +8,12 @@ whose ``.debug_frame`` says what its ``.sframe`` says
 (``sframe_core.symfiles.module_copy``: same bytes, build-id and layout),
 LLDB finds the debug information and the unwind rows in one file: plain
 ``bt``, ``frame variable`` and ``register read`` are then the twin's. The
-copy (or, for a stripped FILE, FILE with its symbol file) is put where
-``target create FILE`` finds it (``seed``), which LLDB then runs as
-always: a live program runs from FILE, a core names its own process. This
-is what the plugin does by itself before ``target create`` on LLDB 21 and
-22 and for ``lldb FILE`` on every LLDB: ``sframe create`` is for a
-``target create`` typed after the import on 14-20.
+copy (or, for FILE without debug information, FILE with its symbol file)
+is put where ``target create FILE`` finds it (``seed``), which LLDB then
+runs as always: a live program runs from FILE, a core names its own
+process. This is what the plugin does by itself before ``target create``
+from LLDB 19 and for ``lldb FILE`` on every LLDB: ``sframe create`` is for
+a ``target create`` typed after the import on 14 and 16.
 """
 
 from __future__ import annotations
