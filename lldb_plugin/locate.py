@@ -49,7 +49,8 @@ from .state import (
 if TYPE_CHECKING:
     from sframe_core.symfiles.symfile import ModuleInfo, SymbolFile
 
-__all__ = ["install", "attached", "copy_of", "supported", "start_worker"]
+__all__ = ["install", "attached", "copy_of", "handed", "note_copy", "supported",
+           "start_worker"]
 
 _lock = threading.Lock()
 # e_machine of the ABIs the callback was tested with (x86_64, aarch64). s390x
@@ -61,8 +62,9 @@ _ROUTE_MACHINES = frozenset({62, 183})
 _attached: dict[str, str] = {}
 # (realpath, size, mtime) -> symbol file path, or None: not ours to serve.
 _decided: dict[tuple[str, int, int], str | None] = {}
-# realpath of a module copy handed to LLDB as the module itself -> the original.
-_copies: dict[str, str] = {}
+# realpath of a module copy handed to LLDB as the module itself -> the original,
+# and how LLDB got it.
+_copies: dict[str, tuple[str, str]] = {}
 
 
 def supported() -> bool:
@@ -149,14 +151,31 @@ def _symbol_file(path: str) -> str | None:
             # with the SFrame rows (``create``), which keeps its addresses.
             from sframe_core.symfiles.module_copy import module_with_debug_frame
             made = module_with_debug_frame(path)
-            _copies[os.path.realpath(made)] = path
+            note_copy(made, path)
     _decided[key] = made
     return made
 
 
-def copy_of(path: str | None) -> str | None:
-    """The module ``path`` is a copy of (``_symbol_file``), if the callback gave LLDB one."""
+def handed(path: str) -> tuple[str, bool] | None:
+    """What the callback hands LLDB for the module at ``path``: the file
+    (our symbol file, or the module copy), and whether it is the copy; None
+    when nothing (``_symbol_file``)."""
+    with _lock:
+        made = _symbol_file(path)
+    if made is None:
+        return None
+    return made, os.path.realpath(made) in _copies
+
+
+def copy_of(path: str | None) -> tuple[str, str] | None:
+    """The module ``path`` is a copy of, and how LLDB got the copy, if the
+    plugin gave LLDB one (``_symbol_file``, ``seed``)."""
     return _copies.get(os.path.realpath(path)) if path else None
+
+
+def note_copy(copy: str, path: str, how: str = "from the locate-module callback") -> None:
+    """Remember that the module at ``copy`` stands for ``path``."""
+    _copies[os.path.realpath(copy)] = (path, how)
 
 
 def _set(spec: lldb.SBFileSpec, path: str) -> None:

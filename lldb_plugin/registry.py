@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import lldb
 
-from . import locate, state, symfiles
+from . import locate, seed, state, symfiles
 from .state import target_key, warn, warn_once
 from .target import is_core, is_live_remote
 
@@ -404,12 +404,13 @@ def target_create_path(argv: Sequence[str]) -> str | None:
 
 
 def _before_target_create(*argv: str) -> bool:
-    """Start the executable's worker as the target is created (``locate.start_worker``),
-    so that it may be done, or nearly, at the first stop. Returns False: LLDB
-    then runs the command as always."""
+    """Before 22, give LLDB the copy of an executable with debug information
+    (``seed``); else start the executable's worker as the target is created
+    (``locate.start_worker``), so that it may be done, or nearly, at the
+    first stop. Returns False: LLDB then runs the command as always."""
     try:
         path = target_create_path(argv)
-        if path is not None:
+        if path is not None and not seed.seed(path):
             locate.start_worker(path)
     except Exception as exc:  # noqa: BLE001 - one line; the command runs as always
         warn(f"before {' '.join(argv)}: {type(exc).__name__}: {exc}")
@@ -429,6 +430,8 @@ def _provider_wanted(target: lldb.SBTarget) -> bool:
 def install(debugger: lldb.SBDebugger) -> None:
     """Route (and, where needed, register on) every existing target; arrange it for later ones."""
     supported()  # worked out here, before any locate-module callback asks
+    if symfiles.enabled():
+        seed.seed_command_line()
     if symfiles.enabled():
         locate.install(debugger.GetSelectedPlatform())
     _override_connect(debugger)

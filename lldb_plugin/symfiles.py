@@ -45,7 +45,7 @@ from sframe_core.base.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X
 from sframe_core.base.errors import SFrameError
 from sframe_core.symfiles.jobs import Job, JobResult
 
-from . import locate
+from . import locate, seed
 from .jobs import in_background, job_for, start_job
 from .state import (
     ENV,
@@ -179,7 +179,9 @@ def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule
 
 def _lost_addresses(target: lldb.SBTarget, path: str) -> str:
     """Why a module with debug information is left to LLDB's own unwinder
-    before LLDB 22, and what serves it (``sframe create``: the executable only)."""
+    before LLDB 22, and what serves it (the module copy: the executable only,
+    by ``sframe create`` or ``lldb FILE``; 19+ give it to a plain ``target
+    create`` too, ``seed``)."""
     major = lldb_major()
     why = (f"LLDB {major if major is not None else 'before 22'} loses a module's addresses when "
            "a symbol file replaces its debug information (LLDB 22 does not); left to LLDB's own "
@@ -190,9 +192,9 @@ def _lost_addresses(target: lldb.SBTarget, path: str) -> str:
     if not needs_copy(path):
         # Its debug information is in a separate file: the copy would not carry it.
         return why + "'sframe bt' has the SFrame frames (LLDB 22 serves this module)"
-    return (why + f"'sframe create {path}' (with '--core CORE' for a core) gives LLDB a copy "
-            "of the module with the SFrame rows as its .debug_frame; 'sframe bt' has the "
-            "SFrame frames")
+    return (why + f"'sframe create {path}' (with '--core CORE' for a core), or 'lldb {path}' "
+            "with the plugin imported from ~/.lldbinit, gives LLDB a copy of the module with "
+            "the SFrame rows as its .debug_frame; 'sframe bt' has the SFrame frames")
 
 
 def _provider_serves(target: lldb.SBTarget) -> bool:
@@ -275,6 +277,7 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget, *,
     (``at_stop``: from the stop-hook, where a nearly done worker is waited for)."""
     if not enabled() or target is None or not target.IsValid():
         return []
+    seed.refresh()
     seen = _routes.setdefault(target_key(target), {})
     new = []
     for module in target.module_iter():
@@ -291,10 +294,11 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget, *,
             continue
         if old is not None or key in _covered:
             continue
-        original = locate.copy_of(key[0])
-        if original is not None:
+        copied = locate.copy_of(key[0])
+        if copied is not None:
+            original, how = copied
             seen[key] = Route(NATIVE, _name(module), f"{key[0]} (the module LLDB loaded for "
-                              f"{original}, from the locate-module callback)")
+                              f"{original}, {how})")
             continue
         wanted = _wants_route(target, module)
         if wanted is None:

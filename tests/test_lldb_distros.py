@@ -94,17 +94,24 @@ def _normal(text: str) -> str:
     return "\n".join(lines)
 
 
-def _cell(version: str, demo: Path, name: str, *, core: bool = False
+def _cell(version: str, demo: Path, name: str, *, core: bool = False, driver: bool = False
           ) -> tuple[str, str]:
     """The twin's transcript (plain LLDB) and the .noeh file's (the plugin;
-    ``sframe create`` makes the target)."""
+    ``sframe create`` makes the target, or with ``driver`` LLDB's own
+    ``lldb FILE``, the plugin imported before it as from ``~/.lldbinit``)."""
     def commands(side: str, create: str) -> list[str]:
         path = demo / side / name
         if core:
             return [f"{create} {path} --core {demo / side / name}.core", *ASKED]
-        return [f"{create} {path}", _stop_here(demo, name), "process launch", *ASKED]
-    want = run_lldb(version, commands("twin", "target create"), plugin=False)
-    got = run_lldb(version, [*commands("noeh", "sframe create"), "sframe status", "sframe bt"])
+        made = [] if driver else [f"{create} {path}"]
+        return [*made, _stop_here(demo, name), "process launch", *ASKED]
+
+    def program(side: str) -> str | None:
+        return str(demo / side / name) if driver else None
+    want = run_lldb(version, commands("twin", "target create"), plugin=False,
+                    program=program("twin"))
+    got = run_lldb(version, [*commands("noeh", "sframe create"), "sframe status", "sframe bt"],
+                   program=program("noeh"))
     assert "Traceback" not in got, got
     return want, got
 
@@ -122,11 +129,17 @@ def _status(got: str) -> str:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_live_g(version: str, demo: Path) -> None:
-    """-O2 -g: the twin's frames, registers and variables (``sframe create``
-    gives LLDB before 22 a module with the SFrame rows)."""
-    want, got = _cell(version, demo, "demo")
+    """-O2 -g started as ``lldb FILE``: the twin's frames, registers and
+    variables (before 22 the plugin, imported first, puts the module copy
+    with the SFrame rows where LLDB's ``target create`` finds it: ``seed``),
+    and LLDB's "Current executable" line names FILE."""
+    want, got = _cell(version, demo, "demo", driver=True)
     _same(want, got, ASKED)
-    assert "LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+    status = _status(got)
+    assert "demo: LLDB's own unwinder, .debug_frame from SFrame" in status, got
+    assert f"Current executable set to '{demo / 'noeh' / 'demo'}'" in got, got
+    if major(version) < 22:
+        assert "found it in its module list" in status, got
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -135,26 +148,22 @@ def test_live_g0(version: str, demo: Path) -> None:
     _same(want, got, ASKED)
 
 
-# Debian's LLDB 14 and 16 take the symbol file of a stripped module but never
-# read its .debug_frame (no DWARF CFI plan in 'image show-unwind').
-NO_PLAN_STRIPPED = ("deb14", "deb16")
-
-
 @pytest.mark.parametrize("version", VERSIONS)
 def test_stripped(version: str, demo: Path) -> None:
-    """Stripped: the twin's pcs, registers and variables; on 14 and 16 the
-    status line says LLDB has no plan from the file and ``sframe bt`` has the
-    twin's pcs. The twin's unnamed-symbol names are not asserted before 23
-    (docs/lldb.md)."""
-    want, got = _cell(version, demo, "demost")
+    """Stripped, started as ``lldb FILE``: the module is made with its symbol
+    file from the start (``seed``), so LLDB's symbol table has the file's
+    function symbols: the twin's pcs, registers and variables everywhere (14
+    and 16 had no unwind plan from a file added later), and from 21 on the
+    twin's names too. 14-20 number their unnamed symbols
+    (``___lldb_unnamed_symbol17``) where the file names them by address
+    (docs/lldb.md): the names are not asserted there."""
+    want, got = _cell(version, demo, "demost", driver=True)
     twin = [f.pc for f in parse_bt(command_output(want, "bt"))]
+    assert len(twin) == 8, want
     assert [f.pc for f in parse_bt(command_output(got, "sframe bt"))] == twin, got
-    if version in NO_PLAN_STRIPPED:
-        assert "has no DWARF CFI plan from it" in _status(got), got
-        return
     assert [f.pc for f in parse_bt(command_output(got, "bt"))] == twin, got
     _same(want, got, ASKED[2:])
-    if major(version) >= 23:
+    if major(version) >= 21:
         _same(want, got, ASKED)
 
 
@@ -191,26 +200,46 @@ def test_core_g0(version: str, cores: Path) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_core_g0_status_routes(version: str, cores: Path) -> None:
-    """Plain ``target create --core``, the plugin imported first: whatever
-    the version, ``sframe status`` is about the core's modules (it routes
-    them first), and plain ``bt`` after it is the twin's."""
+def test_core_g0_plain_create(version: str, cores: Path) -> None:
+    """Plain ``target create --core``, the plugin imported first: from 19
+    plain ``bt`` is the twin's at once (the plugin runs before the command
+    and puts the module, with its symbol file, where LLDB finds it); on 14
+    and 16 after the first ``sframe`` command: ``sframe status`` is about the
+    core's modules whatever the version (it routes them first)."""
     twin, noeh = cores / "twin" / "demog0", cores / "noeh" / "demog0"
     want = run_lldb(version, [f"target create {twin} --core {twin}.core", "bt"], plugin=False)
-    got = run_lldb(version, [f"target create {noeh} --core {noeh}.core", "sframe status", "bt"])
+    got = run_lldb(version, [f"target create {noeh} --core {noeh}.core", "bt", "sframe status",
+                             "bt"])
     assert "demog0: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
     _same(want, got, ["bt"])
+    if major(version) >= 19:
+        assert _normal(command_output(got, "bt", 0)) == _normal(command_output(want, "bt")), got
+
+
+# LLDB 19 and later let the plugin run before a command
+# (SBCommandInterpreter.SetCommandOverrideCallback): 14 and 16 do not.
+OVERRIDE_VERSIONS = [v for v in VERSIONS if major(v) >= 19]
 
 
 @pytest.mark.parametrize("version", [v for v in VERSIONS if major(v) < 22])
-def test_core_g_plain_create_says_why(version: str, cores: Path) -> None:
-    """With plain ``target create --core`` before 22: one true line naming
-    the version, ``sframe create`` and ``sframe bt`` (the stop-hook does not
-    run at a core load before 21: the status routes first)."""
+def test_core_g_plain_create(version: str, cores: Path) -> None:
+    """Plain ``target create --core`` of the -g build, the plugin imported
+    first: from 19 the twin's (the plugin puts the module copy where
+    ``target create`` finds it); on 14 and 16, which run nothing before
+    the command, one true line naming the version, ``sframe create`` and
+    ``sframe bt`` (the status routes first: no stop-hook runs at a core
+    load before 21)."""
     path = cores / "noeh" / "demo"
-    got = run_lldb(version, [f"target create {path} --core {path}.core", "sframe status",
+    got = run_lldb(version, [f"target create {path} --core {path}.core", *ASKED, "sframe status",
                              "sframe bt"])
     status = _status(got)
+    if version in OVERRIDE_VERSIONS:
+        twin = cores / "twin" / "demo"
+        want = run_lldb(version, [f"target create {twin} --core {twin}.core", *ASKED],
+                        plugin=False)
+        _same(want, got, ASKED)
+        assert "demo: LLDB's own unwinder, .debug_frame from SFrame" in status, got
+        return
     assert f"demo: not on the native route: LLDB {major(version)} loses a module's addresses" in status
     assert "'sframe create " in status and "'sframe bt' has the SFrame frames" in status
     assert "no loaded module needs it" not in status
@@ -281,26 +310,27 @@ def test_threads_g(version: str, threads: Path) -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_attach_g(version: str, threads: Path) -> None:
-    """Attach to the threads program (``sleep`` mode, ASLR off for both)."""
+    """Attach to the threads program (``sleep`` mode, ASLR off for both),
+    started as ``lldb FILE`` then ``process attach -p PID``."""
     setarch = shutil.which("setarch")
     if setarch is None:
         missing("setarch is not installed (util-linux)")
 
-    def frames(side: str, create: str, plugin: bool) -> list[list[tuple[int | None, str | None]]]:
+    def frames(side: str, plugin: bool) -> list[list[tuple[int | None, str | None]]]:
         path = threads / side / "threads"
         proc = subprocess.Popen([setarch, "-R", str(path), "sleep"], stdout=subprocess.PIPE,
                                 text=True)
         try:
             assert proc.stdout is not None and "READY" in proc.stdout.readline()
-            out = run_lldb(version, [f"{create} {path}", f"process attach -p {proc.pid}", "bt all",
-                                     "process detach"], plugin=plugin)
+            out = run_lldb(version, [f"process attach -p {proc.pid}", "bt all",
+                                     "process detach"], plugin=plugin, program=str(path))
         finally:
             proc.kill()
             proc.wait()
         return _own_frames(command_output(out, "bt all"))
-    want = frames("twin", "target create", False)
+    want = frames("twin", False)
     assert len(want) == 4 and sum(map(bool, want)) >= 3, want
-    assert frames("noeh", "sframe create", True) == want
+    assert frames("noeh", True) == want
 
 
 @pytest.fixture(scope="module")
@@ -322,21 +352,35 @@ def library(demo: Path) -> Path:
     return demo
 
 
-# The locate-module callback came with LLDB 17: 14 and 16 leave the library
-# to LLDB's own unwinder, and say so.
-CALLBACK_VERSIONS = [v for v in VERSIONS if major(v) >= 17]
-
-
-@pytest.mark.parametrize("version", CALLBACK_VERSIONS)
+@pytest.mark.parametrize("version", VERSIONS)
 def test_library_g(version: str, library: Path) -> None:
-    """A -g library without .eh_frame: before 22 the callback gives LLDB a
-    copy of it with the SFrame rows as the module; ``image show-unwind``
-    has the DWARF CFI plan, and the frames and values are the twin's."""
+    """A -g library without .eh_frame: before 22 LLDB is given a copy of it
+    with the SFrame rows as the module (by the locate-module callback from
+    17; on 14 and 16, which have none, put in LLDB's module list with the
+    program started as ``lldb FILE``); ``image show-unwind`` has the DWARF
+    CFI plan, and the frames and values are the twin's."""
     def commands(side: str) -> list[str]:
-        return [f"target create {library / side / 'uselib'}", "breakpoint set -n stop_here",
-                "process launch", *ASKED, "image show-unwind -n lib_b"]
-    want = run_lldb(version, commands("twin"), plugin=False)
-    got = run_lldb(version, [*commands("noeh"), "sframe status"])
+        return ["breakpoint set -n stop_here", "process launch", *ASKED,
+                "image show-unwind -n lib_b"]
+    want = run_lldb(version, commands("twin"), plugin=False,
+                    program=str(library / "twin" / "uselib"))
+    got = run_lldb(version, [*commands("noeh"), "sframe status"],
+                   program=str(library / "noeh" / "uselib"))
     _same(want, got, ASKED)
     assert "debug_frame UnwindPlan" in command_output(got, "image show-unwind -n lib_b"), got
     assert "libsf.so: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+
+
+@pytest.mark.parametrize("version", [*[v for v in OVERRIDE_VERSIONS if major(v) < 22], "21"])
+def test_live_g_target_create(version: str, demo: Path) -> None:
+    """From 19 the plugin runs before ``target create``: one typed after the
+    import gets the module copy too (put where LLDB looks), with the twin's
+    frames, registers and variables."""
+    def commands(side: str) -> list[str]:
+        return [f"target create {demo / side / 'demo'}", _stop_here(demo, "demo"),
+                "process launch", *ASKED]
+    want = run_lldb(version, commands("twin"), plugin=False)
+    got = run_lldb(version, [*commands("noeh"), "sframe status"])
+    _same(want, got, ASKED)
+    assert "demo: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+    assert f"Current executable set to '{demo / 'noeh' / 'demo'}'" in got, got

@@ -135,10 +135,15 @@ _PARALLEL_LOAD_DEADLOCK = ("DynamicLoaderPOSIXDYLD::LoadAllCurrentModules",
 
 
 def run_lldb(version: str, commands: list[str], *, plugin: bool = True, timeout: int = 120,
-             env: dict[str, str] | None = None, python_stacks: bool = False) -> str:
-    """Run LLDB in batch mode; the whole transcript (a hang fails the test)."""
+             env: dict[str, str] | None = None, python_stacks: bool = False,
+             program: str | None = None) -> str:
+    """Run LLDB in batch mode; the whole transcript (a hang fails the test).
+
+    ``program``: started as ``lldb PROGRAM`` (LLDB's own ``target create``
+    after the startup commands), the plugin imported before it, as from
+    ``~/.lldbinit``."""
     return run_lldb_status(version, commands, plugin=plugin, timeout=timeout, env=env,
-                           python_stacks=python_stacks)[0]
+                           python_stacks=python_stacks, program=program)[0]
 
 
 # LLDB 22 once (in 1 of ~1,300 launches of a CI run, not again in 700 launches
@@ -153,8 +158,8 @@ LAUNCH_TRIES = 3
 
 
 def run_lldb_status(version: str, commands: list[str], *, plugin: bool = True, timeout: int = 120,
-                    env: dict[str, str] | None = None, python_stacks: bool = False
-                    ) -> tuple[str, int]:
+                    env: dict[str, str] | None = None, python_stacks: bool = False,
+                    program: str | None = None) -> tuple[str, int]:
     """``run_lldb`` and LLDB's exit status (a signal that killed it: 128 + its number).
 
     A hang fails with LLDB's threads (``hang_report``): their native stacks,
@@ -162,14 +167,15 @@ def run_lldb_status(version: str, commands: list[str], *, plugin: bool = True, t
     ``PYTHON_STACKS`` first)."""
     for _ in range(LAUNCH_TRIES):
         text, status = _run_lldb_once(version, commands, plugin=plugin, timeout=timeout, env=env,
-                                      python_stacks=python_stacks)
+                                      python_stacks=python_stacks, program=program)
         if not _LOADER_TRACE_STOP.search(text):
             break
     return text, status
 
 
 def _run_lldb_once(version: str, commands: list[str], *, plugin: bool, timeout: int,
-                   env: dict[str, str] | None, python_stacks: bool) -> tuple[str, int]:
+                   env: dict[str, str] | None, python_stacks: bool,
+                   program: str | None = None) -> tuple[str, int]:
     args = [str(lldb_path(version)), "--no-lldbinit", "--no-use-colors", "-b"]
     for setting in startup_settings(version):
         args += ["-O", setting]
@@ -178,9 +184,11 @@ def _run_lldb_once(version: str, commands: list[str], *, plugin: bool, timeout: 
     if any(loads_core(version, command) for command in commands):
         args += ["-O", SERIAL_MODULE_LOAD]
     if plugin:
-        args += ["-o", f"command script import {PLUGIN}"]
+        args += ["-O" if program else "-o", f"command script import {PLUGIN}"]
     for command in commands:
         args += ["-o", command]
+    if program:
+        args += ["--", program]
     full_env = dict(os.environ)
     full_env.pop("VIRTUAL_ENV", None)
     # No statusline: LLDB 21 deadlocks now and then when its event thread
