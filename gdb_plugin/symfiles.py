@@ -37,7 +37,13 @@ import gdb
 from sframe_core.base.errors import SFrameError
 from sframe_core.format.elf import read_elf
 from sframe_core.symfiles.jobs import FOREGROUND_FDES, Job, JobResult, made_at_once, symbol_file_now
-from sframe_core.symfiles.symfile import ModuleInfo, cache_dir, cached_symbol_file, read_module
+from sframe_core.symfiles.symfile import (
+    ModuleInfo,
+    cache_dir,
+    cached_symbol_file,
+    read_module,
+    writes_debug_frame,
+)
 
 from .cmdline import batch_mode
 
@@ -49,8 +55,6 @@ SETTINGS = ("auto", "foreground", "off")
 # route from the first stop set ``foreground``); ``set sframe symbol-files``.
 ENV = "SFRAME_GDB_SYMBOL_FILES"
 
-# e_machine values whose .debug_frame the core writes: x86-64, aarch64, s390x.
-_MACHINES = frozenset({62, 183, 22})
 _EM_AARCH64, _EM_S390 = 183, 22
 
 NATIVE = "native"  # gdb's DWARF unwinder, from our symbol file
@@ -274,7 +278,7 @@ class Routes:
                if (sec := module.section(name)) is not None and sec.size]
         if cfi:
             return Route(OWN_CFI, path, f"has {' and '.join(cfi)}")
-        if module.header[1] not in _MACHINES:
+        if not writes_debug_frame(module.arch):
             return Route(FALLBACK, path, "no .debug_frame is written for this architecture")
         if module.header[1] == _EM_S390:
             # Seen with gdb-multiarch under qemu: gdb takes a .debug_frame

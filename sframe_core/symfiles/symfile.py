@@ -35,7 +35,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO, NamedTuple, TypeVar
 
-from ..base.abi import AMD64
+from ..base.abi import AMD64, ARCHES, ELF_MACHINE_NAMES, Arch, arch_for_machine
 from ..base.errors import FileError, FormatError, SFrameError
 from ..base.files import SectionHeader as _Section
 from ..base.files import cache_root, notes_build_id
@@ -63,12 +63,20 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_sy
            "write_symbol_file", "default_jobs", "PARALLEL_MIN_FDES", "NATIVE_SPLIT_MIN_FDES",
            "split_min",
            "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module", "maker_of",
-           "has_debug_information"]
+           "has_debug_information", "writes_debug_frame"]
 
 # Bump when the bytes written for the same input change (a fix in dwarf.py):
 # cached files of older generators are then not reused. What each version
 # changed: docs/dwarf.md, "Generator versions".
 GENERATOR = 15
+
+
+def writes_debug_frame(arch: Arch | None) -> bool:
+    """Is a ``.debug_frame`` written for modules of this ABI? Every ABI
+    SFrame defines (amd64, aarch64 in either byte order, s390x): the
+    adapters ask this instead of keeping lists of their own (whether the
+    debugger then reads the file right is theirs to say)."""
+    return arch is not None and arch in ARCHES
 
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3
@@ -121,6 +129,11 @@ class ModuleInfo(NamedTuple):
             if sec.name == name:
                 return sec
         return None
+
+    @property
+    def arch(self) -> Arch | None:
+        """The module's ABI, where SFrame defines one for its machine."""
+        return arch_for_machine(ELF_MACHINE_NAMES.get(self.header[1], ""), self.big_endian)
 
     @property
     def has_debug_info(self) -> bool:
