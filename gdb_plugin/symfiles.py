@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import gdb
 
+from sframe_core.base import settings
 from sframe_core.base.errors import SFrameError
 from sframe_core.format.elf import read_elf
 from sframe_core.symfiles.jobs import FOREGROUND_FDES, Job, JobResult, made_at_once, symbol_file_now
@@ -105,8 +106,7 @@ class Routes:
         # ``changed(progspace)``: which objfiles the Python unwinder must
         # serve there has changed.
         self._changed = changed
-        start = os.environ.get(ENV, "auto").strip().lower()
-        self.setting = start if start in SETTINGS else "auto"
+        self.setting = settings.choice(ENV)
         self._routes: dict[gdb.Objfile, Route] = {}
         self._jobs: dict[str, Job] = {}  # module path -> its worker
         self._ready: dict[str, JobResult] = {}  # workers done, not yet attached

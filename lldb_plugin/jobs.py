@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from sframe_core.base import settings
 from sframe_core.symfiles.jobs import Job
 
 from .state import SETTING_ENV, late_add_keeps_types, providers_supported
@@ -57,7 +58,7 @@ def in_background(path: str) -> bool:
     session, and its frames have no register context (arguments and
     variables of callers unavailable, marked synthetic), where waiting once
     gives the twin's session."""
-    if os.environ.get(SETTING_ENV, "auto").strip().lower() == "foreground":
+    if settings.choice(SETTING_ENV) == "foreground":
         return False
     if not providers_supported():
         return False

@@ -11,13 +11,14 @@ none of those.
 from __future__ import annotations
 
 import importlib
-import os
 import re
 import sys
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
 import lldb
+
+from sframe_core.base import settings
 
 __all__ = ["target_key", "warn", "warn_once", "Route", "NATIVE", "FAILED", "PROVIDER", "PENDING",
            "ENV", "SETTING_ENV", "enabled", "routes", "is_native",
@@ -103,7 +104,7 @@ _routes: dict[object, dict[tuple[str, str], Route]] = {}
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "auto").strip().lower() != "provider"
+    return settings.choice(ENV) != "provider"
 
 
 def routes(target: lldb.SBTarget) -> dict[tuple[str, str], Route]:

@@ -38,6 +38,7 @@ from typing import TypeVar
 
 from ..analysis import results
 from ..analysis.results import Kept, KeptExit, Masks, Reads, Regs, State
+from ..base import settings
 from ..base.rows import SAME, Rule, RuleKind
 from . import cache as symcache
 
@@ -61,7 +62,7 @@ StoreKept = tuple[dict[bytes, Kept], dict[bytes, list[Masks]], dict[bytes, list[
 
 def enabled() -> bool:
     """False when ``SFRAME_ANALYSIS_CACHE`` says off (0, off, no, false)."""
-    return os.environ.get(ENV, "").strip().lower() not in ("0", "off", "no", "false")
+    return settings.switch(ENV)
 
 
 def store_path(directory: str, module: str) -> str:

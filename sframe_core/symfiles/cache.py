@@ -32,12 +32,12 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from ..base import settings
 from . import lock
 
 __all__ = ["Entry", "Policy", "policy", "entries", "touch", "prune", "clear", "KEEP_RECENT"]
 
 DAYS_ENV, SIZE_ENV = "SFRAME_CACHE_DAYS", "SFRAME_CACHE_MAX_MB"
-DEFAULT_DAYS, DEFAULT_MB = 30.0, 1024.0
 KEEP_RECENT = 600.0  # seconds
 _TMP_MAX_AGE = 86400.0
 
@@ -54,19 +54,10 @@ class Policy(NamedTuple):
     max_bytes: int
 
 
-def _number(name: str, default: float) -> float:
-    text = os.environ.get(name, "").strip()
-    try:
-        value = float(text) if text else default
-    except ValueError:
-        return default
-    return value if value >= 0 else default
-
-
 def policy() -> Policy:
     """The limits, from the environment (bad values fall back to the defaults)."""
-    return Policy(_number(DAYS_ENV, DEFAULT_DAYS) * 86400.0,
-                  int(_number(SIZE_ENV, DEFAULT_MB) * 1024 * 1024))
+    return Policy((settings.number(DAYS_ENV) or 0.0) * 86400.0,
+                  int((settings.number(SIZE_ENV) or 0.0) * 1024 * 1024))
 
 
 def _ours(name: str) -> bool:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
+from ..base import settings
 from ..base.errors import SFrameError
 
 if TYPE_CHECKING:
@@ -99,11 +100,8 @@ def made_at_once(path: str) -> bool:
     if found is None:
         return True
     limit = FOREGROUND_FDES_NATIVE if serves(found) else FOREGROUND_FDES
-    try:
-        limit = int(os.environ.get(FOREGROUND_ENV, "") or limit)
-    except ValueError:
-        pass
-    return found.num_fdes <= limit
+    given = settings.number(FOREGROUND_ENV)
+    return found.num_fdes <= (limit if given is None else int(given))
 
 
 def stop_wait() -> float:
@@ -116,12 +114,9 @@ def stop_wait() -> float:
     alone; with the whole age as the bound, gdb on 10,000 generated
     functions waited 0.3 s at its stop and read the file: 2.2 times gdb on
     the twin, where the Python unwinder serves that stop in 1.2 times."""
-    text = os.environ.get(STOP_WAIT_ENV, "").strip()
-    if text:
-        try:
-            return max(0.0, float(text))
-        except ValueError:
-            pass
+    given = settings.number(STOP_WAIT_ENV)
+    if given is not None:
+        return given
     return min(STOP_WAIT_SECONDS, _process_seconds() / 2)
 
 

@@ -35,6 +35,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, BinaryIO, NamedTuple, TypeVar
 
+from ..base import settings
 from ..base.abi import AMD64, ARCHES, ELF_MACHINE_NAMES, Arch, arch_for_machine
 from ..base.errors import FileError, FormatError, SFrameError
 from ..base.files import SectionHeader as _Section
@@ -877,10 +878,10 @@ def split_min(section: SFrameSection) -> int:
     between processes (``PARALLEL_MIN_FDES``, ``NATIVE_SPLIT_MIN_FDES``)."""
     from .native_fdes import serves
 
-    try:
-        return int(os.environ[SPLIT_ENV])
-    except (KeyError, ValueError):
-        return max(PARALLEL_MIN_FDES, NATIVE_SPLIT_MIN_FDES if serves(section) else 0)
+    given = settings.number(SPLIT_ENV)
+    if given is not None:
+        return int(given)
+    return max(PARALLEL_MIN_FDES, NATIVE_SPLIT_MIN_FDES if serves(section) else 0)
 
 
 def default_jobs() -> int:

@@ -50,6 +50,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base import settings
 from ..base.abi import AARCH64_LE, AMD64, Arch
 from ..base.errors import ProcessError
 from ..unwind.addresses import Region as AddressRegion
@@ -460,10 +461,7 @@ def _poll_stopped(tid: int) -> int | None | bool:
 
 
 def _hold_seconds() -> float:
-    try:
-        return max(float(os.environ.get(HOLD_ENV, "0")), 0.0)
-    except ValueError:
-        return 0.0
+    return settings.number(HOLD_ENV) or 0.0
 
 
 def _hold_for_tests(seconds: float, interrupted: list[bool]) -> None:

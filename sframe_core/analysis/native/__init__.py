@@ -40,6 +40,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...base import settings
 from ...base.abi import AMD64
 from ...base.files import cache_root
 from ...base.rows import SAME, CFARule, Rule, RuleKind
@@ -62,7 +63,7 @@ __all__ = ["ENV", "USE", "available", "analyse", "build", "built", "exits", "lib
 ENV = "SFRAME_NATIVE"
 # Whether ``saved.analyse`` asks the C first (tests of the Python analysis
 # itself turn it off; ``SFRAME_NATIVE=0`` does for a session).
-USE = os.environ.get(ENV, "").strip() != "0"
+USE = settings.switch(ENV)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # amd64.c: the analysis; fdes.c: a symbol file's FDEs around it (symfiles/native_fdes.py);
 # sframe_native.h: the protocol both share with protocol.py.
