@@ -8,7 +8,8 @@ module compares the two sources of rows (``format/section.py`` for SFrame,
 (``compare.py``), gives each function one verdict (``records.VERDICTS``),
 and adds structural findings about the section itself and, on request,
 whether the Linux kernel's SFrame unwinder would accept it
-(``kernel_findings``). The command (``cli/verify.py``) only words and walks.
+(``kernel_findings``, on ``format/kernel.py``'s rules). The command
+(``cli/verify.py``) only words and walks.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from ..base.rows import Row
 from ..dwarf.cfi import CFITable
 from ..format.elf import ElfSFrame, read_elf
 from ..format.errata import correct_cfa
-from ..format.linked import Part, describe_parts, split_parts
-from ..format.records import FDE, FRE_TYPE_ADDR4
+from ..format.kernel import kernel_refusals
+from ..format.linked import describe_parts
+from ..format.records import FDE
 from ..format.rules import fre_rules
 from ..format.section import SFrameSection
 from ..targets.symbols import SymbolTable
@@ -389,17 +391,10 @@ def _uncovered(info: ElfSFrame, section: SFrameSection, ordered: list[FDE],
     return out
 
 
-def _parts(info: ElfSFrame) -> list[Part]:
-    """The SFrame headers of the section as the linker wrote it (``info.open``
-    reads them as one)."""
-    assert info.data is not None
-    return split_parts(info.data, exact=not info.from_segment)
-
-
 def _linker_findings(info: ElfSFrame) -> list[Finding]:
     """What a linker that does not merge ``.sframe`` leaves (a linked file):
     several headers one after the other, and no SFRAME_F_FDE_SORTED."""
-    parts = _parts(info)
+    parts = info.parts()
     first = parts[0].header
     out = []
     if len(parts) > 1:
@@ -424,7 +419,7 @@ def _lost_plt(info: ElfSFrame, section: SFrameSection, functions: list[Function]
     PT_GNU_SFRAME) that has no FDE for any PLT stub: ld gives its PLTs FDEs
     when it merges, so they were lost (ld 2.47.50 with --gc-sections), not
     left out by design as gold, lld and mold do."""
-    parts = _parts(info)
+    parts = info.parts()
     if len(parts) > 1 or not parts[0].header.sorted or not layout.sframe_segments:
         return functions
     if any(section_of(layout, fde.start) in _PLT_SECTIONS for fde in section.iter_fdes()):
@@ -464,86 +459,11 @@ def _segment_findings(layout: Layout) -> list[Finding]:
 
 def kernel_findings(info: ElfSFrame, section: SFrameSection, layout: Layout, name: Namer
                     ) -> list[Finding]:
-    """Why Linux's SFrame unwinder (kernel/unwind/sframe.c) would refuse the section.
-
-    The kernel reads the section through PT_GNU_SFRAME and drops all of it at
-    its first bad entry, so each rule is reported once, at its first
-    offender (docs/verify.md lists the kernel functions each check follows).
-    """
-    parts = _parts(info) if not info.is_relocatable else [Part(0, section.header)]
-    hdr = parts[0].header  # as written: info.open merges concatenated parts
-    out: list[Finding] = []
-
-    def refuse(kind: str, pc: int | None, text: str) -> None:
-        if all(f.kind != f"kernel-{kind}" for f in out):
-            out.append(Finding(f"kernel-{kind}", pc, name(pc) if pc is not None else None,
-                               f"kernel: {text}"))
-
-    if len(parts) > 1:
-        refuse("concatenated", None, f"{describe_parts(parts)}: sframe_read_header reads the "
-                                     f"first header's {hdr.num_fdes} FDEs only")
-    if hdr.version != 3:
-        refuse("version", None, f"SFrame version {hdr.version}: sframe_read_header accepts only "
-                                "version 3")
-    if not hdr.sorted:
-        refuse("sorted", None, "SFRAME_F_FDE_SORTED is not set (sframe_read_header)")
-    if not hdr.pcrel:
-        refuse("pcrel", None, "SFRAME_F_FDE_FUNC_START_PCREL is not set (sframe_read_header)")
-    if hdr.auxhdr_len:
-        refuse("auxhdr", None, f"auxiliary header of {hdr.auxhdr_len} bytes (sframe_read_header)")
-    if not hdr.num_fdes or not hdr.num_fres:
-        refuse("empty", None, "no FDEs or no FREs (sframe_read_header)")
-    if info.is_relocatable:
-        refuse("relocatable", None, "a relocatable object: the kernel reads only loaded files")
-        return out
-    if not layout.sframe_segments:
-        refuse("segment", None, "no PT_GNU_SFRAME program header: the kernel finds the section "
-                                "only through it")
-    text = layout.exec_segments
-    fixed_ra = hdr.cfa_fixed_ra_offset != 0
-    previous: int | None = None
-    for index in range(hdr.num_fdes):
-        try:
-            fde = section.get_fde(index)
-        except FormatError as exc:
-            refuse("fde", None, f"FDE {index}: {exc}")
-            continue
-        if previous is not None and fde.start < previous:
-            refuse("order", fde.start, f"FDE {index} starts before FDE {index - 1}: the binary "
-                                       "search fails (__find_fde)")
-        previous = fde.start
-        if not any(lo <= fde.start <= lo + size for lo, size in text):
-            refuse("text", fde.start, f"FDE {index} at {fde.start:#x} is outside executable text "
-                                      "(__read_fde)")
-        if hdr.version == 3 and fde.flex:
-            refuse("flex", fde.start, f"FDE {index} is a flexible FDE, which the kernel does not "
-                                      "read yet (__read_fre)")
-        if fde.info & 0x40 or fde.info2 & 0xE0 or fde.fre_type > FRE_TYPE_ADDR4:
-            refuse("reserved", fde.start, f"FDE {index}: reserved bits set (info {fde.info:#04x},"
-                                          f" info2 {fde.info2:#04x})")
-        try:
-            fres = section.get_fres(fde)
-        except FormatError as exc:
-            refuse("fre", fde.start, f"FDE {index}: {exc} (__read_fre)")
-            continue
-        last = -1
-        for k, fre in enumerate(fres):
-            pc = fde.start + fre.start
-            if not fde.is_pcmask and fre.start > fde.size:
-                refuse("fre-end", pc, f"FDE {index} FRE {k} starts past its function (__read_fre)")
-            if fre.start <= last:
-                refuse("fre-order", pc, f"FDE {index} FRE {k} does not start after FRE {k - 1} "
-                                        f"(offset {fre.start:#x}): FREs must strictly increase "
-                                        "(__find_fre)")
-            last = fre.start
-            count = len(fre.words)
-            allowed = (0, 1, 2) if fixed_ra else (0, 2, 3)
-            if not (hdr.version == 3 and fde.flex) and count not in allowed:
-                why = (" (the CFA alone: __read_fre wants an RA word when the header has no "
-                       "fixed RA offset)") if count == 1 else " (__read_fre)"
-                refuse("words", pc, f"FDE {index} FRE {k} has {count} data words, the kernel "
-                                    f"reads {allowed[0]}, {allowed[1]} or {allowed[2]}{why}")
-    return out
+    """Why Linux's SFrame unwinder would refuse the section (``format/kernel.py``),
+    each reason named at its first offender."""
+    return [Finding(f"kernel-{r.kind}", r.pc, name(r.pc) if r.pc is not None else None,
+                    f"kernel: {r.text}")
+            for r in kernel_refusals(info, section, layout.sframe_segments, layout.exec_segments)]
 
 
 class NothingToCompare(FileError):
