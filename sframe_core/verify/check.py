@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ..base.abi import Arch
 from ..base.errors import FileError, FormatError, SFrameError, foreign_errors
 from ..base.rows import Row
-from ..dwarf.cfi import CFITable
+from ..dwarf.cfi import CFITable, FDERef
 from ..format.elf import ElfSFrame, read_elf
 from ..format.errata import correct_cfa
 from ..format.kernel import kernel_refusals
@@ -61,23 +61,8 @@ _PLT_SECTIONS = frozenset({".plt", ".plt.got", ".plt.sec", ".iplt", ".plt.bnd"})
 class _CFIFunc(NamedTuple):
     start: int
     end: int
-    ref: Any  # cfi.py's FDE reference
+    ref: FDERef
     shift: int = 0  # .o files: the base its text section was laid out at
-
-
-class _ObjectCFI(CFITable):
-    """A ``.o``'s CFI from ``.eh_frame`` alone.
-
-    LLVM's assembler writes ``.debug_frame`` beside ``.eh_frame`` when asked for
-    SFrame (clang 22 ``-Wa,--gsframe``), with absolute relocations the
-    ``.o`` relocation code (elf.py) does not apply; ``.eh_frame`` says the same
-    and is what the linked file will carry.
-    """
-
-    def _read_section(self, elf: Any, section: Any, source: str) -> list[Any]:
-        if source == "debug_frame":
-            return []
-        return super()._read_section(elf, section, source)
 
 
 def _cfi_functions(table: CFITable, obj: Relocatable | None) -> list[_CFIFunc]:
@@ -85,11 +70,11 @@ def _cfi_functions(table: CFITable, obj: Relocatable | None) -> list[_CFIFunc]:
     one dropped (the table prefers ``.eh_frame``), as are the address-0 FDEs
     of discarded functions in linked files; in a ``.o``, each at its text
     section's base."""
-    index = table._load()  # the one parse of the CFI; rows are decoded per function below
+    refs = list(table.iter_fdes())  # the one parse of the CFI; rows are decoded per function below
     out: list[_CFIFunc] = []
-    eh = sorted((r.start, r.end) for r in index.fdes if r.source == "eh_frame")
+    eh = sorted((r.start, r.end) for r in refs if r.source == "eh_frame")
     eh_starts = [s for s, _ in eh]
-    for ref in index.fdes:
+    for ref in refs:
         if obj is not None:
             # pc_begin follows the length and CIE pointer words (32-bit DWARF).
             shndx = obj.eh_frame.get(ref.entry.offset + 8) if ref.source == "eh_frame" else None
@@ -112,7 +97,7 @@ def _cfi_rows(table: CFITable, cf: _CFIFunc) -> list[Row]:
     try:
         if not cf.shift:
             return table.fde_rows(cf.start)
-        rows = table._decode(cf.ref)  # by reference: in a .o its address is not unique
+        rows = table.fde_rows_of(cf.ref)  # by reference: in a .o its address is not unique
     except FormatError as exc:
         raise FormatError(f"{table.name}: {exc}") from None
     return [r._replace(start=r.start + cf.shift, end=r.end + cf.shift,
@@ -161,8 +146,12 @@ def verify_file(path: str, *, against: str | None = None, kernel: bool = False) 
     elif not (info.has_eh_frame or info.has_debug_frame):
         raise NothingToCompare(f"{path}: no .eh_frame or .debug_frame to verify against "
                         "(give the debug file with --against FILE)")
-    table = _ObjectCFI(cfi_path) if info.is_relocatable and info.has_eh_frame \
-        and against is None else CFITable(cfi_path)
+    # A .o's CFI from .eh_frame alone: LLVM's assembler writes .debug_frame
+    # beside it when asked for SFrame (clang 22 -Wa,--gsframe), with absolute
+    # relocations the .o relocation code (format/elf.py) does not apply;
+    # .eh_frame says the same and is what the linked file will carry.
+    table = CFITable(cfi_path, debug_frame=not (info.is_relocatable and info.has_eh_frame
+                                                and against is None))
     layout = read_layout(path)
     obj = read_relocatable(path) if info.is_relocatable and against is None else None
     if obj is not None:
