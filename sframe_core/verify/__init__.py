@@ -1,5 +1,6 @@
 """``sframe verify``'s engine: SFrame rows against DWARF CFI rows per
-function, the section's structure, and the kernel's rules.
+function, and the section's structure (the kernel's own rules are the
+format's: ``format/kernel.py``).
 
 ``records.py`` (verdicts, findings, a file's report), ``compare.py`` (two
 row lists over one function), ``layout.py`` (the ELF file's sections,

@@ -58,7 +58,12 @@ _CRT1 = frozenset({"_start", "_dl_relocate_static_pie"})
 _PLT_SECTIONS = frozenset({".plt", ".plt.got", ".plt.sec", ".iplt", ".plt.bnd"})
 
 
+# -- Both sources' rows, function by function ---------------------------------------
+
+
 class _CFIFunc(NamedTuple):
+    """A CFI FDE as compared: in a ``.o``, at its text section's base."""
+
     start: int
     end: int
     ref: FDERef
@@ -125,6 +130,9 @@ def _erratum(section: SFrameSection, fde: FDE) -> bool:
         if correct_cfa(section.arch, fde, raw) != raw:
             return True
     return False
+
+
+# -- One file -----------------------------------------------------------------------
 
 
 def verify_file(path: str, *, against: str | None = None, kernel: bool = False) -> Report:
@@ -380,6 +388,9 @@ def _uncovered(info: ElfSFrame, section: SFrameSection, ordered: list[FDE],
     return out
 
 
+# -- Findings about the section as written ------------------------------------------
+
+
 def _linker_findings(info: ElfSFrame) -> list[Finding]:
     """What a linker that does not merge ``.sframe`` leaves (a linked file):
     several headers one after the other, and no SFRAME_F_FDE_SORTED."""
@@ -453,6 +464,9 @@ def kernel_findings(info: ElfSFrame, section: SFrameSection, layout: Layout, nam
     return [Finding(f"kernel-{r.kind}", r.pc, name(r.pc) if r.pc is not None else None,
                     f"kernel: {r.text}")
             for r in kernel_refusals(info, section, layout.sframe_segments, layout.exec_segments)]
+
+
+# -- Files that cannot be verified --------------------------------------------------
 
 
 class NothingToCompare(FileError):
