@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sframe_core.cli.verify import verify_file
+from sframe_core.verify.check import verify_file
 
 SHAPES = (
     "__attribute__((noinline)) int f{i}(int x) {{ return x * {i} + 1; }}\n",

@@ -66,7 +66,7 @@ def test_header_lookup_is_the_full_read(path: Path) -> None:
         missing(f"{path} not present on this host")
     full, fast = _both(path)
     assert fast._hdr is not None, fast.hdr_problem
-    fdes = full._load().fdes
+    fdes = list(full.iter_fdes())
     assert len(fdes) > 50
     for n, ref in enumerate(fdes):
         for pc in (ref.start, (ref.start + ref.end) // 2, ref.end - 1, ref.end, ref.start - 1):
@@ -128,7 +128,7 @@ def test_uncovered_is_has_fde_of_each(path: Path) -> None:
         missing(f"{path} not present on this host")
     full, fast = _both(path)
     pcs = [0, 2**63]
-    for ref in full._load().fdes:
+    for ref in full.iter_fdes():
         pcs += [ref.start, (ref.start + ref.end) // 2, ref.end - 1, ref.end, ref.start - 1]
     assert list(fast.uncovered(pcs)) == [pc for pc in pcs if not full.has_fde(pc)]
     assert fast._hdr is not None and fast._index is None  # the header served throughout
@@ -218,7 +218,7 @@ def test_a_lying_header_is_not_used(tmp_path: Path, how: str) -> None:
                                                  short=12 + 8 * (count // 2) + 4,
                                                  stray=address + 0x7FFFFFF0 - eh)
     honest = CFITable(TWIN)
-    for ref in honest._load().fdes:
+    for ref in honest.iter_fdes():
         for pc in range(ref.start - 1, ref.end + 1):
             assert table.row_at(pc) == honest.row_at(pc)
 
@@ -231,7 +231,7 @@ def test_fdes_the_table_leaves_out_are_parsed_at_once(tmp_path: Path) -> None:
     table, honest = CFITable(lying), CFITable(TWIN)
     table._open()
     assert table._hdr is not None and table.hdr_problem is None
-    fdes = honest._load().fdes
+    fdes = list(honest.iter_fdes())
     assert len(table._hdr.starts) == len(fdes)
     for ref in fdes:
         for pc in range(ref.start - 1, ref.end + 1):
@@ -252,7 +252,7 @@ def test_too_many_left_out_is_the_full_read(tmp_path: Path, monkeypatch: pytest.
 def test_an_entry_naming_the_wrong_start_is_caught_when_it_is_parsed(tmp_path: Path) -> None:
     lying = _lie(TWIN, tmp_path, "wrong_start")
     table, honest = CFITable(lying), CFITable(TWIN)
-    fdes = honest._load().fdes
+    fdes = list(honest.iter_fdes())
     first = fdes[0]
     assert table.row_at(first.start) == honest.row_at(first.start)
     assert table._hdr is not None and table.hdr_problem is None  # the lie not met yet
@@ -301,7 +301,7 @@ def test_a_corrupt_fde_spoils_its_own_function_only(tmp_path: Path) -> None:
     them: an unknown opcode in one is that function's error (one line,
     naming the file), and every other function still has its rows."""
     honest = CFITable(TWIN)
-    fdes = honest._load().fdes
+    fdes = list(honest.iter_fdes())
     bad_ref, good = fdes[1], [ref for ref in fdes if ref is not fdes[1]]
     data = bytearray(TWIN.read_bytes())
     with open(TWIN, "rb") as stream:

@@ -3,7 +3,7 @@
 gas writes ``.sframe`` from the same ``.cfi_*`` directives as ``.eh_frame``,
 so for every PC an SFrame FDE covers, the two decoders must agree on the CFA
 rule and on where the RA and the FP are. The comparison is
-``sframe_core.cli.verify`` (what ``sframe verify`` runs): a disagreement is a bug
+``sframe_core.verify`` (what ``sframe verify`` runs): a disagreement is a bug
 in one of the two decoders, unless it is one of the named cases there
 (``PLT_EXPRESSION``, ``OBJ_AMBIGUOUS``, the ``.plt.got`` erratum), each of
 which is a property of the toolchain's output, not a tolerance. This is
@@ -23,7 +23,10 @@ from helpers import FIXTURES, missing
 from helpers.manifest import load_manifest, manifest_params, require
 
 from sframe_core.base.rows import CFARule
-from sframe_core.cli.verify import (
+from sframe_core.dwarf.cfi import CFITable
+from sframe_core.format.elf import read_elf
+from sframe_core.verify.check import verify_file
+from sframe_core.verify.records import (
     AGREES,
     CANNOT_SAY,
     DISAGREES,
@@ -31,10 +34,7 @@ from sframe_core.cli.verify import (
     OBJ_AMBIGUOUS,
     PLT_EXPRESSION,
     PLT_GOT_ERRATUM,
-    verify_file,
 )
-from sframe_core.dwarf.cfi import CFITable
-from sframe_core.format.elf import read_elf
 
 ARCHES = ("x86_64", "aarch64", "s390x")
 RSP = 7

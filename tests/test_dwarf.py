@@ -122,7 +122,7 @@ def test_round_trip(entry: Entry | None, tmp_path: Path) -> None:
         elf = ELFFile(stream)
         frame = elf.get_section_by_name(".debug_frame")
         assert frame is not None and frame["sh_type"] == "SHT_PROGBITS"
-    refs = table._load().fdes
+    refs = list(table.iter_fdes())
     extra = [(r.start, r.end) for r in refs
              if r.source == "debug_frame" and not any(s <= r.start < e for s, e in covered)]
     executable = entry is not None and entry["kind"] in ("exe", "pie")
@@ -337,7 +337,7 @@ def test_eh_frame(start: int, tmp_path: Path) -> None:
     out = tmp_path / "eh.elf"
     _elf_with_debug_frame(out, data, arch, ".eh_frame")
     table = CFITable(str(out))
-    assert [(r.start, r.end, r.source) for r in table._load().fdes] == [
+    assert [(r.start, r.end, r.source) for r in table.iter_fdes()] == [
         (start, start + 0x20, "eh_frame"), (start + 0x40, start + 0x50, "eh_frame")]
     for row in plain + signal:
         back = table.row_at(row.start)
@@ -368,7 +368,7 @@ def test_eh_frame_only_in_lldbs_symbol_file(tmp_path: Path) -> None:
             section = ELFFile(stream).get_section_by_name(".eh_frame")
             if section is None or section["sh_type"] == "SHT_NOBITS":
                 return None  # the twin's own, allocated: only its header is copied
-        return [(r.start, r.end) for r in CFITable(made.path)._load().fdes
+        return [(r.start, r.end) for r in CFITable(made.path).iter_fdes()
                 if r.source == "eh_frame"]
 
     assert eh_fdes(noeh, True) == [(entry, entry + 64)]

@@ -20,10 +20,11 @@ from helpers.manifest import FDEDef, FREDef, build_section
 
 from sframe_core.base.errors import FormatError
 from sframe_core.cli.commands import main as cli_main
-from sframe_core.cli.verify import report_lines, verify_file
+from sframe_core.cli.verify import report_lines
 from sframe_core.format.elf import read_elf
 from sframe_core.format.linked import read_linked, split_parts
 from sframe_core.format.records import SFRAME_F_FDE_SORTED
+from sframe_core.verify.check import verify_file
 
 LINKERS = FIXTURES / "linkers"
 BUILDS = [f"v{v}-{ld}" for v in (1, 2, 3) for ld in ("gold", "lld", "mold")]

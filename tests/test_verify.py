@@ -27,7 +27,12 @@ from helpers.manifest import manifest_params, require
 from helpers.realprogs import builds
 
 from sframe_core.cli.commands import main
-from sframe_core.cli.verify import (
+from sframe_core.cli.verify import report_json, report_lines
+from sframe_core.format.elf import read_elf
+from sframe_core.format.records import FDE, FRE
+from sframe_core.format.section import SFrameSection
+from sframe_core.verify.check import verify_file
+from sframe_core.verify.records import (
     AGREES,
     CANNOT_SAY,
     ERRATUM,
@@ -39,13 +44,7 @@ from sframe_core.cli.verify import (
     PLT_EXPRESSION,
     PLT_GOT_ERRATUM,
     Report,
-    report_json,
-    report_lines,
-    verify_file,
 )
-from sframe_core.format.elf import read_elf
-from sframe_core.format.records import FDE, FRE
-from sframe_core.format.section import SFrameSection
 
 ARCHES = ("x86_64", "aarch64", "s390x")
 REAL_PROGRAMS = [str(program.path(producer)) for program, producer in builds()] + [

@@ -210,7 +210,7 @@ def run_lookup(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- verify (sframe_core/cli/verify.py) ------------------------------------------
+# -- verify (sframe_core/verify/, cli/verify.py) ---------------------------------------
 
 
 def _configure_verify(parser: argparse.ArgumentParser) -> None:
@@ -258,7 +258,7 @@ def _in_parallel(run: Callable[[_J], _R], jobs: Sequence[_J], names: Sequence[st
 
 
 def _verify_one(job: tuple[str, str | None, bool]) -> object:
-    from .verify import safe_verify
+    from ..verify.check import safe_verify
 
     return safe_verify(*job)
 
@@ -269,7 +269,9 @@ def run_verify(args: argparse.Namespace) -> int:
     """Exit 0: everything agrees or differs only in named, expected ways; 1: a
     disagreement, an unexplained uncovered range, or a fatal finding; 2: a
     file cannot be read (one line each on stderr)."""
-    from .verify import Report, Unreadable, report_json, report_lines, safe_verify, walk_elves
+    from ..verify.check import Unreadable, safe_verify
+    from ..verify.records import Report
+    from .verify import report_json, report_lines, walk_elves
 
     if args.against and (args.recursive or len(args.files) != 1):
         raise UsageError("--against goes with exactly one FILE")

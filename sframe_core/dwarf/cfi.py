@@ -48,7 +48,7 @@ __all__ = [
     "Expression", "AdvanceLoc", "SetLoc", "NegateRaState", "Unsupported", "Op",
     "CIEInfo", "decode_instructions", "execute", "cfa_from_expression", "rule_from_expression",
     "arch_for_machine", "CFITable", "ROW_CACHE_SIZE", "read_eh_frame_hdr", "BadHdrError",
-    "MAX_OMITTED",
+    "MAX_OMITTED", "FDERef",
 ]
 
 # FDEs whose rows stay decoded; as for SFrame FREs, a backtrace revisits few
@@ -497,16 +497,23 @@ def _row(state: _State, start: int, end: int, func_start: int, cie: CIEInfo, arc
 
 # -- Tables from ELF files -----------------------------------------------------
 
-class _FDERef(NamedTuple):
+class FDERef(NamedTuple):
+    """One FDE of a ``CFITable``: its range and, once parsed, its entry.
+
+    ``CFITable.fde_rows_of`` decodes it by reference, for a caller to whom an
+    address does not name one FDE (a ``.o``, whose text sections all start
+    at 0).
+    """
+
     start: int  # file address
     end: int
-    source: str
-    entry: Any  # pyelftools FDE
+    source: str  # "eh_frame" or "debug_frame"
+    entry: Any  # pyelftools FDE (its ``offset`` in the section); None: not parsed
 
 
 class _Index(NamedTuple):
     starts: list[int]
-    fdes: list[_FDERef]
+    fdes: list[FDERef]
 
 
 class _HdrIndex:
@@ -823,13 +830,16 @@ class CFITable:
     :param source: a path, or an open pyelftools ``ELFFile`` whose stream
         stays open until the first lookup.
     :param bias: load bias; every address in and out is a runtime address.
+    :param debug_frame: False: ``.eh_frame`` alone, where a ``.debug_frame``
+        beside it cannot be read as it stands (LLVM's assembler writes one
+        in a ``.o`` with absolute relocations this reader does not apply).
     :raises FileError: (on first use) the file cannot be read or its machine
         has no ABI here.
     :raises FormatError: (on first use) the CFI is malformed.
     """
 
     def __init__(self, source: str | os.PathLike[str] | Any, bias: int = 0, *,
-                 name: str | None = None) -> None:
+                 name: str | None = None, debug_frame: bool = True) -> None:
         if isinstance(source, str | os.PathLike):
             self._path: str | None = os.fspath(source)
             self._elf: Any = None
@@ -839,6 +849,7 @@ class CFITable:
         self.name = str(name or self._path or getattr(getattr(source, "stream", None), "name",
                                                       "<elf>"))
         self.bias = bias
+        self._debug_frame = debug_frame
         self._arch: Arch | None = None
         self._index: _Index | None = None
         self._hdr: _HdrIndex | None = None
@@ -896,7 +907,8 @@ class CFITable:
         if layout.e_type == _ET_REL:
             return None
         hdr, eh = layout.section(".eh_frame_hdr"), layout.section(".eh_frame")
-        if hdr is None or eh is None or layout.section(".debug_frame") is not None:
+        if hdr is None or eh is None or (self._debug_frame
+                                         and layout.section(".debug_frame") is not None):
             return None  # with .debug_frame too, the full read merges both
         if SHT_NOBITS in (hdr.type, eh.type) or not eh.size:
             return None
@@ -969,12 +981,20 @@ class CFITable:
             self._index = self._read(ELFFile(stream))
         return self._index
 
+    def iter_fdes(self) -> Iterator[FDERef]:
+        """Every FDE of the file with a size, each parsed, by start
+        (``.eh_frame`` first among equal starts); the whole CFI is read
+        once, the rows of none (``fde_rows_of``)."""
+        return iter(self._load().fdes)
+
     def _read(self, elf: Any) -> _Index:
         with reading_elf(self.name):
             self._arch = self._arch_of(elf)
-            refs: list[_FDERef] = []
+            refs: list[FDERef] = []
             for section_name, source in ((".eh_frame", "eh_frame"),
                                          (".debug_frame", "debug_frame")):
+                if source == "debug_frame" and not self._debug_frame:
+                    continue
                 section = elf.get_section_by_name(section_name)
                 if section is None or section["sh_type"] == "SHT_NOBITS" \
                         or section.data_size == 0:
@@ -987,7 +1007,7 @@ class CFITable:
         refs.sort(key=lambda ref: (ref.start, ref.source != "eh_frame"))
         return _Index([ref.start for ref in refs], refs)
 
-    def _read_section(self, elf: Any, section: Any, source: str) -> list[_FDERef]:
+    def _read_section(self, elf: Any, section: Any, source: str) -> list[FDERef]:
         """Parse one section's entries with pyelftools.
 
         ``CallFrameInfo`` is built directly rather than through
@@ -1017,12 +1037,12 @@ class CFITable:
             start = entry.header["initial_location"]
             size = entry.header["address_range"]
             if size > 0:
-                refs.append(_FDERef(start, start + size, source, entry))
+                refs.append(FDERef(start, start + size, source, entry))
         return refs
 
     # -- lookup --------------------------------------------------------------
 
-    def _find(self, pc: int, *, entry: bool = True) -> _FDERef | None:
+    def _find(self, pc: int, *, entry: bool = True) -> FDERef | None:
         """The FDE covering ``pc``; ``entry`` False: its ``entry`` may be None
         (not parsed: ``has_fde`` asks only whether there is one)."""
         addr = pc - self.bias
@@ -1037,7 +1057,7 @@ class CFITable:
         # Overlaps are rare (a .debug_frame FDE under an .eh_frame one, or the
         # zero-address FDEs of discarded functions): look left a little, and
         # prefer .eh_frame among the candidates.
-        found: _FDERef | None = None
+        found: FDERef | None = None
         for _ in range(8):
             if pos < 0:
                 break
@@ -1049,7 +1069,7 @@ class CFITable:
             pos -= 1
         return found
 
-    def _find_in_hdr(self, hdr: _HdrIndex, addr: int, parse: bool = True) -> _FDERef | None:
+    def _find_in_hdr(self, hdr: _HdrIndex, addr: int, parse: bool = True) -> FDERef | None:
         """``_find`` through the header's table: the same candidates, in the same
         order (FDEs of no size are not candidates there either), each read
         as it is looked at (``parse`` False: its range alone, ``_span``; the
@@ -1076,7 +1096,7 @@ class CFITable:
             if size > 0:
                 looked += 1
                 if start <= addr < start + size:
-                    return _FDERef(start, start + size, "eh_frame", entry)
+                    return FDERef(start, start + size, "eh_frame", entry)
             pos -= 1
         return None
 
@@ -1160,7 +1180,7 @@ class CFITable:
             return rows[pos]
         return None
 
-    def _cie(self, ref: _FDERef) -> CIEInfo:
+    def _cie(self, ref: FDERef) -> CIEInfo:
         cie = ref.entry.cie
         key = (ref.source, cie.offset)
         info = self._cies.get(key)
@@ -1175,7 +1195,14 @@ class CFITable:
             self._cies[key] = info
         return info
 
-    def _decode(self, ref: _FDERef) -> list[Row]:
+    def fde_rows_of(self, ref: FDERef) -> list[Row]:
+        """The rows of the FDE ``ref`` (from ``iter_fdes``), decoded each time.
+
+        :raises FormatError: its instructions are malformed.
+        """
+        return self._decode(ref)
+
+    def _decode(self, ref: FDERef) -> list[Row]:
         where = f"{self.name}: .{ref.source} FDE at offset {ref.entry.offset:#x}"
         try:
             cie = self._cie(ref)

@@ -18,6 +18,7 @@ from ..base.files import MAX_SECTION_SIZE, ElfLayout, SectionHeader, elf_layout,
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .linked import Part
     from .section import CodeReader, PointerReader, Region, SavedAnalyser, SFrameSection
 
     # Makes the saved-register analysis of an opened section's functions (a
@@ -101,6 +102,14 @@ class ElfSFrame(NamedTuple):
     @property
     def is_relocatable(self) -> bool:
         return self.elf_type == "ET_REL"
+
+    def parts(self) -> list[Part]:
+        """The SFrame headers of the section as the linker wrote it (``open``
+        reads them as one)."""
+        from .linked import split_parts
+
+        assert self.data is not None
+        return split_parts(self.data, exact=not self.from_segment)
 
     def open(self, address: int | None = None, *, whole: bool = False,
              analyser: Analyser | None = None) -> SFrameSection | None:
