@@ -119,7 +119,7 @@ def _gdb_major() -> int:
 # Does GDB end a backtrace at a frame whose unwinder saved no PC (15 and
 # later: "Backtrace stopped: frame did not save the PC"), or raise "PC not
 # saved" when anything looks past it (13, 14)? A change in GDB's frame code
-# ("gdb/unwinders: better support for $pc not saved", January 2024), not in
+# (gdb commit "gdb/unwinders: better support for $pc not saved"), not in
 # its Python API: the version is all that tells (see ``_stop``). A GDB 13 or
 # 14 that a distribution patched takes the older way, which works there too.
 _ENDS_WITHOUT_PC = _gdb_major() >= 15

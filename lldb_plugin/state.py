@@ -82,7 +82,8 @@ def warn_once(key: object, text: str) -> None:
 # -- routes --------------------------------------------------------------------
 
 ENV = "SFRAME_LLDB_ROUTE"
-"""``provider`` turns the native route off (the frame provider alone, as before)."""
+"""``provider`` turns the native route off: the frame provider alone serves
+every module, with no symbol file added to LLDB's modules."""
 SETTING_ENV = "SFRAME_LLDB_SYMBOL_FILES"
 """``foreground``: a missing symbol file is always made before LLDB goes on
 (``auto``, the default: a large module's in a worker, ``symfiles.py``)."""
