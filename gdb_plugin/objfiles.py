@@ -4,9 +4,10 @@ GDB's Python API exposes no section addresses, so the runtime address of each
 objfile's ``.sframe`` and code sections comes from ``maint info sections
 -all-objects``, and, for a file whose section headers were stripped (GDB
 shows no sections of it), its ``PT_GNU_SFRAME`` segment is placed by ``info
-proc mappings``. This module parses that text and holds the result; it does
-not import ``gdb``, so its parsers are tested on captured output of every GDB
-(``tests/test_gdb_objfiles.py``) without one. The load bias is the section's
+proc mappings``. This module parses that text and keeps the result per program
+space (``ObjfileTables``); it does not import ``gdb`` (the adapter hands it a
+function running a command), so its parsers are tested on captured output of
+every GDB (``tests/test_gdb_objfiles.py``) without one. The load bias is the section's
 runtime address minus its ``sh_addr`` on disk (debugger-apis.md A2: never
 from ``info sharedlibrary``). ELF headers and SFrame tables are read only when
 a PC inside the objfile is first unwound through, then cached in a
@@ -18,11 +19,12 @@ from __future__ import annotations
 import bisect
 import os
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from sframe_core.base.errors import SFrameError
 from sframe_core.format.elf import ElfSFrame, read_elf
-from sframe_core.unwind.addresses import AddressMap, Region
+from sframe_core.unwind.addresses import AddressMap, Region, regions_from_maps
 
 if TYPE_CHECKING:
     from sframe_core.format.section import SFrameSection
@@ -30,14 +32,18 @@ if TYPE_CHECKING:
 
     from .registers import Registers
 
-__all__ = ["cli_text", "ObjfileEntry", "ObjfileTable", "Reporter", "SECTIONS_COMMAND", "CORE_COMMAND",
-           "parse_mappings", "parse_core_regions", "segment_candidates", "segment_entries"]
+__all__ = ["cli_text", "CommandFailed", "ObjfileEntry", "ObjfileTable", "ObjfileTables", "Reporter",
+           "SECTIONS_COMMAND", "CORE_COMMAND", "MAPPINGS_COMMAND", "parse_mappings",
+           "parse_core_regions", "segment_candidates", "segment_entries", "live_regions"]
 
 # The command whose output ObjfileTable.parse reads.
 SECTIONS_COMMAND = "maint info sections -all-objects .sframe .text .eh_frame .debug_frame CODE"
 # With a core file loaded: its segments (GDB's ``loadN`` sections, CODE where
 # PF_X), whose output parse_core_regions reads.
 CORE_COMMAND = "maint info sections ALLOC"
+# Where a file without section headers is mapped (live processes and cores),
+# whose output parse_mappings reads.
+MAPPINGS_COMMAND = "info proc mappings"
 
 _HEADER = re.compile(r"^(Exec file|Object file|Core file): [`'](.*)', file type")
 # A line of `info proc mappings`: start, end, size, offset, [perms,] objfile.
@@ -76,6 +82,20 @@ def cli_text(text: str) -> str:
 class Reporter(Protocol):
     def report(self, path: str, text: str) -> None:
         """One warning per objfile, however many frames hit the problem."""
+
+
+class Routes(Protocol):
+    """What the tables ask of the DWARF route (``symfiles.Routes``)."""
+
+    def native_paths(self, progspace: object) -> set[str]:
+        """The objfiles gdb's own unwinder serves."""
+
+    def serves_fallback(self, progspace: object) -> bool:
+        """Does an objfile with SFrame there wait for, or go without, its symbol file?"""
+
+
+class CommandFailed(Exception):
+    """A command whose output a table is read from failed (``gdb.error``)."""
 
 
 class ObjfileEntry:
@@ -307,3 +327,131 @@ def segment_entries(candidates: dict[str, ElfSFrame], mappings: list[Mapping],
         entry.has_eh_frame = entry.has_debug_frame = False
         entries.append(entry)
     return entries
+
+
+def live_regions(inferior) -> Callable[[int], Region | None] | None:
+    """``find`` for an AddressMap over a live process on this machine (its
+    ``/proc/PID/maps``, read at the first address asked), or None (a core,
+    a remote target; ``inferior`` is a ``gdb.Inferior``)."""
+    connection = getattr(inferior, "connection", None)  # GDB 12+
+    if not inferior.pid or connection is None or getattr(connection, "type", "") != "native":
+        return None
+    pid = inferior.pid
+    maps: list[AddressMap] = []
+
+    def find(address: int) -> Region | None:
+        if not maps:
+            try:
+                with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as stream:
+                    maps.append(AddressMap(regions_from_maps(stream.read()), complete=True))
+            except OSError:
+                return None
+        hits = maps[0].regions_at(address)
+        return hits[0] if hits else Region(address, address + 1, False, mapped=False)
+    return find
+
+
+class ObjfileTables:
+    """The ``ObjfileTable`` of each program space, re-read only once an event
+    marked it stale.
+
+    A table is read from command output (``run``), which an unwinder may not
+    ask for (it may not call ``gdb.execute``): event handlers and commands
+    call ``read``, the unwinder only looks a table up (``get``).
+    """
+
+    def __init__(self, run: Callable[[str], str], warn: Callable[[str], None]) -> None:
+        self._run = run  # a command's text (``cli_text``); raises CommandFailed
+        self._warn = warn
+        self._tables: dict[object, ObjfileTable] = {}  # progspace -> table
+        self._stale: set[object] = set()  # progspaces whose table must be re-read
+        # Progspaces where gdb's own unwinder serves every objfile with SFrame
+        # (the Python unwinder looks at no frame there): the unwinder tests
+        # membership per frame, so it holds this very set.
+        self.idle: set[object] = set()
+        self._no_segment_sframe: set[tuple[str, int]] = set()  # (path, mtime): no PT_GNU_SFRAME
+
+    def get(self, progspace: object) -> ObjfileTable | None:
+        return self._tables.get(progspace)
+
+    def entries(self, progspace: object) -> list[ObjfileEntry]:
+        table = self._tables.get(progspace)
+        return table.entries if table else []
+
+    def read_in(self, progspace: object) -> bool:
+        """Has the table of ``progspace`` been read?"""
+        return progspace in self._tables
+
+    def progspaces(self) -> list[object]:
+        """The program spaces with a table."""
+        return list(self._tables)
+
+    def mark_stale(self, progspace: object) -> None:
+        self._stale.add(progspace)
+
+    def mark_all_stale(self, current: object) -> None:
+        """Every table, and that of ``current`` (the current program space) if it has none yet."""
+        self._stale.update(self._tables)
+        self._stale.add(current)
+
+    def route_changed(self, progspace: object) -> None:
+        """The DWARF route took or gave up objfiles of ``progspace``."""
+        self._stale.add(progspace)
+        self.idle.discard(progspace)  # until read() looks again
+
+    def forget(self, progspace: object) -> None:
+        self._tables.pop(progspace, None)
+        self._stale.discard(progspace)
+        self.idle.discard(progspace)
+
+    def read(self, progspace, routes: Routes | None, force: bool = False) -> None:
+        """Re-read the table of ``progspace`` (gdb's ``gdb.Progspace``) if it
+        is stale, or not read yet, or ``force``."""
+        if not force and progspace in self._tables and progspace not in self._stale:
+            return
+        self._stale.discard(progspace)
+        native = routes.native_paths(progspace) if routes is not None else set()
+        wanted = set()
+        for objfile in progspace.objfiles():
+            if objfile.owner is not None or not getattr(objfile, "is_file", True):
+                continue  # separate debug files, the vdso
+            wanted.add(objfile.filename)
+        old = {(e.path, e.sframe_address): e for e in self.entries(progspace)}
+        if not wanted:
+            self._tables[progspace] = ObjfileTable([])
+            return
+        try:
+            text = self._run(SECTIONS_COMMAND)
+        except CommandFailed as exc:
+            self._warn(f"cannot read the section table: {exc}")
+            return
+        table = ObjfileTable.parse(text, wanted, old)
+        if ObjfileTable.has_core(text):
+            try:
+                table = table.with_core(parse_core_regions(self._run(CORE_COMMAND)))
+            except CommandFailed:
+                pass
+        found = {e.path for e in table.entries}
+        table = table.extended(self._segment_entries(wanted - found, old))
+        for entry in table.entries:
+            entry.native = entry.path in native
+        self._tables[progspace] = table
+        if all(entry.native for entry in table.entries) and (
+                routes is None or not routes.serves_fallback(progspace)):
+            self.idle.add(progspace)
+        else:
+            self.idle.discard(progspace)
+
+    def _segment_entries(self, paths: set[str], old: dict[tuple[str, int], ObjfileEntry]
+                         ) -> list[ObjfileEntry]:
+        """Entries for objfiles GDB shows no sections of (section headers
+        stripped) whose file has a PT_GNU_SFRAME segment, placed by the
+        process's mappings (``MAPPINGS_COMMAND``: live processes and cores)."""
+        candidates = segment_candidates(paths, self._no_segment_sframe)
+        if not candidates:
+            return []
+        try:
+            text = self._run(MAPPINGS_COMMAND)
+        except CommandFailed:
+            return []  # no process yet, or a target without mappings
+        return segment_entries(candidates, parse_mappings(text), old)

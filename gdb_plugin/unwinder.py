@@ -37,21 +37,12 @@ import gdb.unwinder
 from sframe_core.base.abi import AARCH64_LE, AMD64, Arch
 from sframe_core.base.errors import SFrameError
 from sframe_core.base.memory import PageCache
-from sframe_core.unwind.addresses import AddressMap, Region, regions_from_maps, return_address_problem
+from sframe_core.unwind.addresses import AddressMap, return_address_problem
+from sframe_core.unwind.calls import CALL_WINDOW, ends_with_call
 from sframe_core.unwind.norow import entry_stop, is_sigreturn
 from sframe_core.unwind.step import DEFAULT_PAC_MASK, NORMAL_ENDS, Stop, caller_registers
 
-from .objfiles import (
-    CORE_COMMAND,
-    SECTIONS_COMMAND,
-    ObjfileEntry,
-    ObjfileTable,
-    cli_text,
-    parse_core_regions,
-    parse_mappings,
-    segment_candidates,
-    segment_entries,
-)
+from .objfiles import CommandFailed, ObjfileEntry, ObjfileTable, ObjfileTables, cli_text, live_regions
 from .registers import Handles, Registers
 from .symfiles import Routes
 
@@ -79,6 +70,14 @@ class _FrameId:
     def __init__(self, sp: object, pc: object) -> None:
         self.sp = sp
         self.pc = pc
+
+
+def _run(command: str) -> str:
+    """What ``command`` prints, for ``ObjfileTables`` (which does not import gdb)."""
+    try:
+        return cli_text(gdb.execute(command, to_string=True))
+    except gdb.error as exc:
+        raise CommandFailed(str(exc)) from exc
 
 
 def _memory_reader(inferior):
@@ -120,7 +119,7 @@ def _gdb_major() -> int:
 # Does GDB end a backtrace at a frame whose unwinder saved no PC (15 and
 # later: "Backtrace stopped: frame did not save the PC"), or raise "PC not
 # saved" when anything looks past it (13, 14)? A change in GDB's frame code
-# ("gdb/unwinders: better support for $pc not saved", January 2024), not in
+# (gdb commit "gdb/unwinders: better support for $pc not saved"), not in
 # its Python API: the version is all that tells (see ``_stop``). A GDB 13 or
 # 14 that a distribution patched takes the older way, which works there too.
 _ENDS_WITHOUT_PC = _gdb_major() >= 15
@@ -153,30 +152,19 @@ def _below_inline_only(pc: int, level: int) -> bool:
 def _after_call(section: SFrameSection, pc: int) -> bool:
     """Could ``pc`` be a return address: does a call instruction end there?
 
-    Checked on the file's bytes (any of the call encodings compilers emit);
-    unknown counts as yes. A frame at such a PC is treated as a caller
-    (rows at ``pc - 1``).
+    Checked on the file's bytes (``sframe_core.unwind.calls``); unknown
+    counts as yes. A frame at such a PC is treated as a caller (rows at
+    ``pc - 1``).
     """
     if section.code is None:
         return True
     try:
-        code = section.code(pc - 8, 8)
+        code = section.code(pc - CALL_WINDOW, CALL_WINDOW)
     except OSError:
         return True
     if code is None:
         return True
-    if section.arch.name == "amd64":
-        return (code[3] == 0xE8 or (code[6] == 0xFF and code[7] & 0x38 == 0x10)
-                or (code[5] == 0xFF and code[6] & 0x38 == 0x10)
-                or (code[2] == 0xFF and code[3] & 0x38 == 0x10)
-                or (code[1] == 0xFF and code[2] & 0x38 == 0x10)
-                or (code[0] == 0xFF and code[1] & 0x38 == 0x10)
-                or (code[4] == 0xFF and code[5] & 0x38 == 0x10))
-    if section.arch.name.startswith("aarch64"):
-        word = int.from_bytes(code[4:], "big" if section.arch.big_endian else "little")
-        return (word & 0xFC000000 == 0x94000000 or word & 0xFFFFFC1F == 0xD63F0000
-                or word & 0xFEFFF800 == 0xD63F0800)
-    return True
+    return ends_with_call(code, section.arch)
 
 
 class _Walk:
@@ -230,29 +218,9 @@ class _Walk:
         if self._addresses is None:
             table = self.table
             base = table.address_map() if table is not None else AddressMap()
-            find = None if base.complete else _live_regions(gdb.selected_inferior())
+            find = None if base.complete else live_regions(gdb.selected_inferior())
             self._addresses = base.with_find(find)
         return self._addresses
-
-
-def _live_regions(inferior):
-    """``find`` for an AddressMap over a live process on this machine, or None."""
-    connection = getattr(inferior, "connection", None)  # GDB 12+
-    if not inferior.pid or connection is None or getattr(connection, "type", "") != "native":
-        return None
-    pid = inferior.pid
-    maps: list[AddressMap] = []
-
-    def find(address: int) -> Region | None:
-        if not maps:
-            try:
-                with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as stream:
-                    maps.append(AddressMap(regions_from_maps(stream.read()), complete=True))
-            except OSError:
-                return None
-        hits = maps[0].regions_at(address)
-        return hits[0] if hits else Region(address, address + 1, False, mapped=False)
-    return find
 
 
 class SFrameUnwinder(gdb.unwinder.Unwinder):
@@ -261,14 +229,14 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
     def __init__(self) -> None:
         super().__init__("sframe")
         self.mode = "auto"
-        self._tables: dict[object, ObjfileTable] = {}  # progspace -> table
-        self._dirty: set[object] = set()  # progspaces whose table must be re-read
+        # The objfiles with SFrame of each program space, read in event
+        # handlers and commands (``refresh``), looked up per walk.
+        self.objfiles = ObjfileTables(_run, warn)
         self._reported: set[str] = set()
         self._busy = False
         self._walk: _Walk | None = None
         self._regs: dict[tuple[str, str], Registers] = {}
         self._pc_handles: dict[object, object] = {}
-        self._no_segment_sframe: set[tuple[str, int]] = set()  # (path, mtime): no PT_GNU_SFRAME
         self._int_ids = True  # GDB 14+ takes plain ints in frame ids; 13 wants gdb.Values
         # A frame ``_stop`` claimed with itself as its caller: that echo,
         # one level up, gets the same frame id.
@@ -280,7 +248,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         # fast (the guard against PCs that cannot be code, ``_not_code``,
         # then goes too: gdb treats a corrupt stack as it does the twin's).
         self.routes: Routes | None = None
-        self._idle: set[object] = set()  # progspaces where it looks at no frame
+        self._idle = self.objfiles.idle  # progspaces where it looks at no frame (per frame: no lookup)
 
     # Tables ---------------------------------------------------------------
 
@@ -294,16 +262,14 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         warn(f"{path}: {text}")
 
     def mark_dirty(self, progspace: object = None) -> None:
+        """The objfiles of ``progspace`` (None: of every program space) changed."""
         if progspace is None:
-            self._dirty.update(self._tables)
-            self._dirty.add(gdb.current_progspace())
+            self.objfiles.mark_all_stale(gdb.current_progspace())
         else:
-            self._dirty.add(progspace)
+            self.objfiles.mark_stale(progspace)
 
     def forget(self, progspace: object) -> None:
-        self._tables.pop(progspace, None)
-        self._dirty.discard(progspace)
-        self._idle.discard(progspace)
+        self.objfiles.forget(progspace)
 
     def idle_in(self, progspace: object) -> bool:
         """Does the unwinder look at no frame of ``progspace`` (``__call__``),
@@ -312,8 +278,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
 
     def route_changed(self, progspace: object) -> None:
         """The DWARF route took or gave up objfiles of ``progspace``."""
-        self.mark_dirty(progspace)
-        self._idle.discard(progspace)  # until refresh() looks again
+        self.objfiles.route_changed(progspace)
         self._walk = None
 
     def refresh(self, force: bool = False) -> None:
@@ -326,7 +291,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         if self._busy:
             return
         try:
-            self._read_table(force)
+            self.objfiles.read(gdb.current_progspace(), self.routes, force)
         finally:
             self.list_if_needed()
 
@@ -340,11 +305,12 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         if self.mode == "off":
             return False
         live = {inferior.progspace for inferior in gdb.inferiors() if inferior.pid}
-        if gdb.current_progspace() in live - self._tables.keys():
+        current = gdb.current_progspace()
+        if current in live and not self.objfiles.read_in(current):
             return True
-        spaces = [p for p in self._tables if p in live]
+        spaces = [p for p in self.objfiles.progspaces() if p in live]
         if self.mode == "always":
-            return any(self._tables[p].entries for p in spaces)
+            return any(self.objfiles.entries(p) for p in spaces)
         return any(p not in self._idle for p in spaces)
 
     def listed(self) -> bool:
@@ -366,65 +332,11 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
             gdb.frame_unwinders.insert(0, self)
         gdb.invalidate_cached_frames()
 
-    def _read_table(self, force: bool) -> None:
-        progspace = gdb.current_progspace()
-        if not force and progspace in self._tables and progspace not in self._dirty:
-            return
-        self._dirty.discard(progspace)
-        routes = self.routes
-        native = routes.native_paths(progspace) if routes is not None else set()
-        wanted = set()
-        for objfile in progspace.objfiles():
-            if objfile.owner is not None or not getattr(objfile, "is_file", True):
-                continue  # separate debug files, the vdso
-            wanted.add(objfile.filename)
-        old = {(e.path, e.sframe_address): e for e in self.tables_entries(progspace)}
-        if not wanted:
-            self._tables[progspace] = ObjfileTable([])
-            return
-        try:
-            text = cli_text(gdb.execute(SECTIONS_COMMAND, to_string=True))
-        except gdb.error as exc:
-            warn(f"cannot read the section table: {exc}")
-            return
-        table = ObjfileTable.parse(text, wanted, old)
-        if ObjfileTable.has_core(text):
-            try:
-                table = table.with_core(parse_core_regions(cli_text(
-                    gdb.execute(CORE_COMMAND, to_string=True))))
-            except gdb.error:
-                pass
-        found = {e.path for e in table.entries}
-        table = table.extended(self._segment_entries(wanted - found, old))
-        for entry in table.entries:
-            entry.native = entry.path in native
-        self._tables[progspace] = table
-        if all(entry.native for entry in table.entries) and (
-                routes is None or not routes.serves_fallback(progspace)):
-            self._idle.add(progspace)
-        else:
-            self._idle.discard(progspace)
-
-    def _segment_entries(self, paths: set[str], old: dict[tuple[str, int], ObjfileEntry]
-                         ) -> list[ObjfileEntry]:
-        """Entries for objfiles GDB shows no sections of (section headers
-        stripped) whose file has a PT_GNU_SFRAME segment, placed by the
-        process's mappings (``info proc mappings``: live processes and cores)."""
-        candidates = segment_candidates(paths, self._no_segment_sframe)
-        if not candidates:
-            return []
-        try:
-            text = cli_text(gdb.execute("info proc mappings", to_string=True))
-        except gdb.error:
-            return []  # no process yet, or a target without mappings
-        return segment_entries(candidates, parse_mappings(text), old)
-
     def tables_entries(self, progspace: object) -> list[ObjfileEntry]:
-        table = self._tables.get(progspace)
-        return table.entries if table else []
+        return self.objfiles.entries(progspace)
 
     def table(self) -> ObjfileTable | None:
-        return self._tables.get(gdb.current_progspace())
+        return self.objfiles.get(gdb.current_progspace())
 
     # Unwinding --------------------------------------------------------------
 

@@ -9,7 +9,7 @@ is ``sframe_core``'s; this package only talks to LLDB.
 
 The same shape as ``gdb_plugin``, bottom to top, over ``state`` (what it
 keeps across calls: a target's identity, warnings said once, each module's
-route, the stop-hook flag):
+route, what it registered with LLDB):
 
 - what finds modules: ``target`` (an ``SBTarget``'s module table, memory and
   registers for the core);
@@ -17,9 +17,13 @@ route, the stop-hook flag):
   module) and ``symfiles`` (at stops, and the route each module took);
 - what serves the fallback: ``provider`` (the scripted frame provider, 22+,
   for what the symbol files cannot serve), with ``registry`` (registering
-  it on each target, the stop-hook);
+  it on a target);
+- what runs at LLDB's events: ``hooks`` (the stop-hook: the route and the
+  provider at each stop) and ``overrides`` (before ``target create``,
+  ``gdb-remote`` and ``process connect``), over ``seed`` and ``create`` (the
+  module LLDB should get before 22);
 - the commands: ``commands`` (``sframe bt``, ``info``, ``lookup``, ``status``);
-- the entry: this file, ``selfcheck`` (LLDB's own Python module works) and
+- the entry: this file (which wires the parts at import), ``selfcheck`` (LLDB's own Python module works) and
   ``bootstrap`` (finding the dependencies).
 """
 
@@ -56,10 +60,36 @@ def __lldb_init_module(debugger, internal_dict) -> None:
         if result is not None:
             _error(debugger, f"sframe: could not add the 'sframe' command: {result}")
             return
-        from . import registry
-        registry.install(debugger)
+        _install(debugger)
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
         _error(debugger, f"sframe: cannot load: {type(exc).__name__}: {exc}")
+
+
+def _install(debugger) -> None:
+    """Route (and, where needed, register the provider on) every existing
+    target; arrange it for later ones: the stop-hook, the command overrides,
+    the locate-module callback, the module put in LLDB's list for ``lldb FILE``."""
+    from . import hooks, locate, overrides, registry, seed, state, symfiles
+    registry.supported()  # worked out here, before any locate-module callback asks
+    if symfiles.enabled():
+        seed.seed_command_line()
+    if symfiles.enabled():
+        locate.install(debugger.GetSelectedPlatform())
+    overrides.override_commands(debugger)
+    count = debugger.GetNumTargets()
+    if count == 0:
+        hooks.add_stop_hook(debugger, None)
+        return
+    # The dummy target can only be reached while no target exists: targets
+    # created after this point need 'sframe enable' (or the plugin loaded
+    # from ~/.lldbinit, before any target).
+    for i in range(count):
+        target = debugger.GetTargetAtIndex(i)
+        symfiles.route_target(debugger, target)
+        if registry.provider_wanted(target):
+            registry.register(target, check_now=True)
+        if "dummy" not in state.registrations.hooked:
+            hooks.add_stop_hook(debugger, target)
 
 
 def _run(debugger, command: str) -> str | None:

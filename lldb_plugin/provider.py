@@ -145,7 +145,7 @@ class SFrameFrameProvider(ScriptedFrameProvider):
         # whichever thread first wants the frames (the event-handler thread,
         # printing a stop); another thread that holds the API lock and waits
         # for the frame list (an SB call from a command, a script, this
-        # plugin's import) then deadlocks with it (LLDB 23.1.0, issue 12).
+        # plugin's import) then deadlocks with it (seen on LLDB 23.1.0).
         # So the constructor makes only lock-free calls (SBFrameList.IsValid,
         # GetThread, SBThread.GetThreadID, SBStructuredData); the process
         # and target are looked up when a live thread's frames are worked out.

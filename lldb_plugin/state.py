@@ -1,11 +1,12 @@
 """What the LLDB plugin keeps across calls, below every other of its modules.
 
 A target's identity, the warnings already said, the route each module took
-(LLDB's own unwinder reading our symbol file, or the frame provider) and
-whether the stop-hook is running: ``target.py`` (the module table),
-``locate.py`` and ``symfiles.py`` (the symbol files), ``provider.py`` and
-``registry.py`` (the fallback) all read them, so they stand here, importing
-none of those.
+(LLDB's own unwinder reading our symbol file, or the frame provider),
+whether the stop-hook is running and what the plugin registered with LLDB
+(``Registrations``): ``target.py`` (the module table), ``locate.py`` and
+``symfiles.py`` (the symbol files), ``provider.py``, ``registry.py``,
+``hooks.py`` and ``overrides.py`` (the fallback, LLDB's events) all read
+them, so they stand here, importing none of those.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from sframe_core.base import settings
 __all__ = ["target_key", "warn", "warn_once", "Route", "NATIVE", "FAILED", "PROVIDER", "PENDING",
            "ENV", "SETTING_ENV", "enabled", "routes", "is_native",
            "keeps_addresses_when_debug_info_is_replaced", "late_add_keeps_types", "lldb_major",
-           "providers_supported", "in_stop_hook", "remember", "TARGETS_KEPT"]
+           "providers_supported", "in_stop_hook", "remember", "TARGETS_KEPT", "Registrations",
+           "registrations"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -80,7 +82,8 @@ def warn_once(key: object, text: str) -> None:
 # -- routes --------------------------------------------------------------------
 
 ENV = "SFRAME_LLDB_ROUTE"
-"""``provider`` turns the native route off (the frame provider alone, as before)."""
+"""``provider`` turns the native route off: the frame provider alone serves
+every module, with no symbol file added to LLDB's modules."""
 SETTING_ENV = "SFRAME_LLDB_SYMBOL_FILES"
 """``foreground``: a missing symbol file is always made before LLDB goes on
 (``auto``, the default: a large module's in a worker, ``symfiles.py``)."""
@@ -176,7 +179,43 @@ def providers_supported() -> bool:
     return _providers
 
 
-# True while StopHook (registry.py) registers a provider: LLDB 23 runs the
+# True while StopHook (hooks.py) registers a provider: LLDB 23 runs the
 # provider at once, inside the hook, where it must not read input frames'
 # registers (provider.py). Survives a re-import of the package.
 in_stop_hook = False
+
+
+class Registrations:
+    """What the plugin registered with LLDB in this session, and what it
+    said or saw once: read and written by ``registry`` (the provider),
+    ``hooks`` (the stop-hook) and ``overrides`` (the command overrides).
+
+    One object for the session, ``registrations`` below: a re-import of the
+    package reloads only ``lldb_plugin/__init__.py``, so it survives one as
+    ``_routes`` does, and the plugin registers nothing twice.
+    """
+
+    def __init__(self) -> None:
+        # target key -> the provider's id there (0: none, on purpose).
+        self.provider_ids: dict[object, int] = {}
+        # Where the hook was added ("dummy", or ("t", target key)) and its
+        # stop-hook id there; a target primed from the dummy target has the
+        # dummy's hooks, ids and all.
+        self.hooked: set[object] = set()
+        self.hook_ids: dict[object, int] = {}
+        # Targets whose hook starts at the next stop (``overrides.before_connect``).
+        self.late: set[object] = set()
+        # The dummy target's hook starts at the next stop, for the target a
+        # connection makes from it; put back at that stop (``hooks.dummy_hook``).
+        self.dummy_late = False
+        # The debugger whose commands are overridden (an override's callback
+        # is given only the command's words).
+        self.debugger: lldb.SBDebugger | None = None
+        self.said_unsupported = False
+        # The broadcaster ``registry`` waits for LLDB's event thread with.
+        self.marker: lldb.SBBroadcaster | None = None
+        # (target key, pid) of the stops ``hooks.say_if_stop_reasons_lost`` looked at.
+        self.first_stops: set[tuple[object, int]] = set()
+
+
+registrations = Registrations()

@@ -17,8 +17,12 @@ import pytest
 from helpers import ROOT, X86, no_section_headers
 
 from gdb_plugin.objfiles import (
+    MAPPINGS_COMMAND,
+    SECTIONS_COMMAND,
+    CommandFailed,
     ObjfileEntry,
     ObjfileTable,
+    ObjfileTables,
     parse_mappings,
     segment_candidates,
     segment_entries,
@@ -120,3 +124,93 @@ def test_core_of_a_file_without_section_headers(name: str, tmp_path: Path) -> No
     assert not extra[0].has_eh_frame
     full = table.extended(extra)
     assert full.find(STOP_HERE) is extra[0] and full.is_code(STOP_HERE)
+
+
+class _Objfile:
+    def __init__(self, filename: str) -> None:
+        self.filename = filename
+        self.owner = None
+
+
+class _Progspace:
+    def __init__(self, filenames: list[str]) -> None:
+        self._objfiles = [_Objfile(f) for f in filenames]
+
+    def objfiles(self) -> list[_Objfile]:
+        return self._objfiles
+
+
+class _Routes:
+    def __init__(self, native: set[str], fallback: bool = False) -> None:
+        self.native = native
+        self.fallback = fallback
+
+    def native_paths(self, progspace: object) -> set[str]:
+        return self.native
+
+    def serves_fallback(self, progspace: object) -> bool:
+        return self.fallback
+
+
+def _tables(data: dict[str, object], ran: list[str], warnings: list[str]) -> ObjfileTables:
+    def run(command: str) -> str:
+        ran.append(command)
+        text = {SECTIONS_COMMAND: data["sections"], MAPPINGS_COMMAND: data["mappings"]}.get(command)
+        if not isinstance(text, str):
+            raise CommandFailed(f"no output captured for {command!r}")
+        return text
+    return ObjfileTables(run, warnings.append)
+
+
+@pytest.mark.parametrize("name", GDBS)
+def test_tables_are_read_once_until_stale(name: str) -> None:
+    """The table of a program space is read from the commands' output, then
+    kept until an event marks it stale; idle where gdb's own unwinder serves
+    every objfile with SFrame."""
+    data = _capture(name, "live")
+    assert isinstance(data["objfiles"], list)
+    space = _Progspace(data["objfiles"])
+    ran: list[str] = []
+    warnings: list[str] = []
+    tables = _tables(data, ran, warnings)
+    program = str(X86 / "bu2.44-v2" / "deep.noeh")
+    tables.read(space, _Routes(set()))
+    table = tables.get(space)
+    assert table is not None and [e.path for e in table.entries] == [program]
+    assert tables.read_in(space) and tables.progspaces() == [space]
+    assert space not in tables.idle and ran == [SECTIONS_COMMAND] and not warnings
+    tables.read(space, _Routes(set()))
+    assert tables.get(space) is table and len(ran) == 1
+    tables.mark_stale(space)
+    tables.read(space, _Routes({program}))
+    assert tables.entries(space) == table.entries and tables.entries(space)[0].native
+    assert space in tables.idle and len(ran) == 2
+    tables.route_changed(space)
+    assert space not in tables.idle
+    tables.read(space, _Routes({program}, fallback=True))
+    assert space not in tables.idle
+    tables.forget(space)
+    assert tables.get(space) is None and tables.entries(space) == []
+
+
+@pytest.mark.parametrize("name", GDBS)
+def test_tables_place_a_file_without_section_headers(name: str, tmp_path: Path) -> None:
+    noshdr = no_section_headers(X86 / "bu2.44-v2" / "deep.noeh", tmp_path / "deep.noshdr")
+    data = _capture(name, "noshdr-core", noshdr)
+    assert isinstance(data["objfiles"], list)
+    space = _Progspace(data["objfiles"])
+    ran: list[str] = []
+    tables = _tables(data, ran, [])
+    tables.read(space, None)
+    assert [(e.path, e.sframe_address) for e in tables.entries(space)] == [(str(noshdr), SFRAME)]
+    assert MAPPINGS_COMMAND in ran
+
+
+def test_tables_warn_when_gdb_cannot_list_sections() -> None:
+    warnings: list[str] = []
+    tables = _tables({"sections": None, "mappings": None}, [], warnings)
+    space = _Progspace(["/bin/true"])
+    tables.read(space, None)
+    assert tables.get(space) is None
+    assert warnings == ["cannot read the section table: no output captured for "
+                        f"{SECTIONS_COMMAND!r}"]

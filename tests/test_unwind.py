@@ -13,6 +13,7 @@ import pytest
 from sframe_core.base.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X, Arch
 from sframe_core.base.errors import FormatError
 from sframe_core.base.rows import SAME, UNDEFINED, CFARule, Row, Rule, RuleKind
+from sframe_core.unwind.calls import CALL_WINDOW, ends_with_call
 from sframe_core.unwind.step import Frame, Step, Stop, StopReason, step, step_with_row, strip_pac, walk
 
 RSP, RBP, RBX, RIP = 7, 6, 3, 16
@@ -469,3 +470,56 @@ def test_walk_stops_at_an_implausible_return_address() -> None:
     assert items[-1] == Stop(StopReason.BAD_RA, "0x7ff103 is in [stack], which is not executable")
     # Without the address map the walk shows the bad value as a frame.
     assert [i.pc for i in walk(start, Rows(), Stack(), AMD64) if isinstance(i, Frame)][-1] == 0x7ff103
+
+
+
+# -- ends_with_call: can a PC be a return address ----------------------------------
+
+@pytest.mark.parametrize("before", [
+    "e800000000",  # call rel32
+    "ffd0",  # call *%rax
+    "41ffd3",  # call *%r11
+    "ff5008",  # call *0x8(%rax)
+    "ff542410",  # call *0x10(%rsp)
+    "41ff542410",  # call *0x10(%r12)
+    "ff15e22f0000",  # call *0x2fe2(%rip)
+    "ff94d810000000",  # call *0x10(%rax,%rbx,8)
+    "41ff94d810000000",  # call *0x10(%r8,%rbx,8)
+])
+def test_amd64_calls_end_at_the_pc(before: str) -> None:
+    code = bytes.fromhex(before.rjust(2 * CALL_WINDOW, "9"))
+    assert ends_with_call(code, AMD64)
+
+
+@pytest.mark.parametrize("before", [
+    "9090909090909090",  # nops
+    "4889e55541574156",  # mov %rsp,%rbp; push %rbp; push %r15; push %r14
+    "90909090909090c3",  # ret
+    "909090e900000000",  # jmp rel32
+    "909090909090ffe0",  # jmp *%rax
+])
+def test_amd64_other_instructions_do_not(before: str) -> None:
+    assert not ends_with_call(bytes.fromhex(before), AMD64)
+
+
+@pytest.mark.parametrize("word", [
+    0x94000010,  # bl
+    0xD63F0100,  # blr x8
+    0xD63F091F,  # blraaz x8
+    0xD73F0909,  # blraa x8, x9
+])
+@pytest.mark.parametrize("arch", [AARCH64_LE, AARCH64_BE])
+def test_aarch64_calls_end_at_the_pc(word: int, arch: Arch) -> None:
+    order = "big" if arch.big_endian else "little"
+    code = (0xD503201F).to_bytes(4, order) + word.to_bytes(4, order)
+    assert ends_with_call(code, arch)
+
+
+@pytest.mark.parametrize("word", [0xD503201F, 0xD65F03C0, 0x14000010, 0xD61F0100])  # nop, ret, b, br x8
+def test_aarch64_other_instructions_do_not(word: int) -> None:
+    assert not ends_with_call((0xD503201F).to_bytes(4, "little") + word.to_bytes(4, "little"),
+                              AARCH64_LE)
+
+
+def test_other_abis_count_every_pc_as_a_return_address() -> None:
+    assert ends_with_call(bytes(CALL_WINDOW), S390X)
