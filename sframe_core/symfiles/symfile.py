@@ -45,6 +45,7 @@ from ..format.elf import ElfSFrame, read_elf
 from ..targets.symbols import DEBUG_ROOTS, SymbolTable
 from . import cache as symcache
 from . import lock as filelock
+from .elf_writer import EHDR_SIZE, PHDR_SIZE, SHDR_SIZE, Layout, Section, elf_bytes, write_elf
 from .elfsyms import executable_sections, function_symbols
 
 if TYPE_CHECKING:
@@ -84,9 +85,8 @@ _SHT_SYMTAB, _SHT_STRTAB = 2, 3
 _SHF_ALLOC = 0x2
 _SHF_COMPRESSED = 0x800
 _ELFCOMPRESS_ZLIB, _CHDR_SIZE = 1, 24
-_PT_LOAD, _PT_NOTE, _PT_PHDR = 1, 4, 6
+_PT_NOTE = 4
 _ET_REL = 1
-_EHDR_SIZE, _PHDR_SIZE, _SHDR_SIZE = 64, 56, 64
 _DEBUG_INFO = (".debug_info", ".zdebug_info")
 
 
@@ -168,32 +168,32 @@ def read_module(path: str) -> ModuleInfo:
             if ident[5] not in (1, 2):
                 raise FileError(f"{path}: malformed ELF file: bad data encoding {ident[5]}")
             endian = ">" if ident[5] == 2 else "<"
-            raw = _read_at(stream, 16, _EHDR_SIZE - 16, size, "the ELF header", path)
+            raw = _read_at(stream, 16, EHDR_SIZE - 16, size, "the ELF header", path)
             header = struct.unpack(endian + "HHIQQQIHHHHHH", raw)
             (_etype, _machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize,
              phnum, shentsize, shnum, shstrndx) = header
             phdrs: list[tuple[int, ...]] = []
             if phnum:
-                if phentsize != _PHDR_SIZE:
+                if phentsize != PHDR_SIZE:
                     raise FileError(f"{path}: malformed ELF file: program header size {phentsize}")
-                table = _read_at(stream, phoff, phnum * _PHDR_SIZE, size, "the program headers",
+                table = _read_at(stream, phoff, phnum * PHDR_SIZE, size, "the program headers",
                                  path)
-                phdrs = [struct.unpack_from(endian + "IIQQQQQQ", table, i * _PHDR_SIZE)
+                phdrs = [struct.unpack_from(endian + "IIQQQQQQ", table, i * PHDR_SIZE)
                          for i in range(phnum)]
             rows: list[tuple[int, ...]] = []
             if shoff:
-                if shentsize != _SHDR_SIZE:
+                if shentsize != SHDR_SIZE:
                     raise FileError(f"{path}: malformed ELF file: section header size {shentsize}")
                 first = struct.unpack(endian + "IIQQQQIIQQ",
-                                      _read_at(stream, shoff, _SHDR_SIZE, size,
+                                      _read_at(stream, shoff, SHDR_SIZE, size,
                                                "the section headers", path))
                 if shnum == 0:
                     shnum = first[5]  # extended numbering: the count is in section 0
                 if shstrndx == 0xFFFF:
                     shstrndx = first[6]
-                table = _read_at(stream, shoff, shnum * _SHDR_SIZE, size, "the section headers",
+                table = _read_at(stream, shoff, shnum * SHDR_SIZE, size, "the section headers",
                                  path)
-                rows = [struct.unpack_from(endian + "IIQQQQIIQQ", table, i * _SHDR_SIZE)
+                rows = [struct.unpack_from(endian + "IIQQQQIIQQ", table, i * SHDR_SIZE)
                         for i in range(shnum)]
             names = b""
             if rows:
@@ -306,22 +306,17 @@ def has_debug_information(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS) -
 # -- writing ------------------------------------------------------------------------
 
 
-def _align(value: int, alignment: int) -> int:
-    alignment = max(alignment, 1)
-    return (value + alignment - 1) // alignment * alignment
-
-
-def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frames: _Frames,
-           debuglink: bytes | None = None, symbols: bool = True) -> None:
-    """Write the symbol file: ``base``'s sections (the module, or its debug file)
-    as ``objcopy --only-keep-debug`` keeps them, plus ``frames`` as ``.debug_frame``
-    and (when there is one) a non-allocated ``.eh_frame`` at address 0, and
-    ``debuglink`` as ``.gnu_debuglink`` (see ``_debuglink``).
+def _layout(module: ModuleInfo, base: ModuleInfo, frames: _Frames,
+            debuglink: bytes | None = None, symbols: bool = True) -> Layout:
+    """What the symbol file holds, for ``elf_writer``: ``base``'s sections (the
+    module, or its debug file) as ``objcopy --only-keep-debug`` keeps them,
+    plus ``frames`` as ``.debug_frame`` and (when there is one) a
+    non-allocated ``.eh_frame`` at address 0, and ``debuglink`` as
+    ``.gnu_debuglink`` (see ``_debuglink``).
 
     The ELF and program headers are the module's, so the file describes the
-    same layout; segments hold no bytes except notes.
+    same layout.
     """
-    endian = ">" if module.big_endian else "<"
     src = base
     sections = list(src.sections)
     names = b""
@@ -390,86 +385,24 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frames: _Frames,
         provide(".gnu_debuglink", debuglink, 4)
     own[shstrndx] = names
 
-    phdrs = module.phdrs
-    pos = _EHDR_SIZE + len(phdrs) * _PHDR_SIZE
-    out.seek(pos)
-    placed: list[tuple[int, int, int, int]] = []  # (type, offset, size, index)
-    note_at: dict[int, int] = {}  # address -> new offset of an allocated note
+    copied: list[Section] = []
     with open(src.path, "rb") as stream:
         for index, sec in enumerate(sections):
-            if index == 0:
-                placed.append((_SHT_NULL, 0, 0, 0))
-                continue
             data = own.get(index)
-            if data is None and (sec.type in (_SHT_NOBITS, _SHT_NULL)
-                                 or (sec.flags & _SHF_ALLOC and sec.type != _SHT_NOTE)):
-                placed.append((_SHT_NOBITS if sec.type != _SHT_NULL else _SHT_NULL, pos, sec.size,
-                               index))
-                continue
-            pos = _align(pos, sec.align)
-            out.seek(pos)
-            if data is not None:
-                out.write(data)
-                size = len(data)
+            if index == 0:
+                copied.append(Section(sec))
+            elif data is None and (sec.type in (_SHT_NOBITS, _SHT_NULL)
+                                   or (sec.flags & _SHF_ALLOC and sec.type != _SHT_NOTE)):
+                copied.append(Section(sec._replace(
+                    type=_SHT_NOBITS if sec.type != _SHT_NULL else _SHT_NULL)))
             else:
-                size = sec.size
-                stream.seek(sec.offset)
-                left = size
-                while left:
-                    chunk = stream.read(min(left, 1 << 20))
-                    if not chunk:
+                if data is None:
+                    stream.seek(sec.offset)
+                    data = stream.read(sec.size)
+                    if len(data) != sec.size:
                         raise FileError(f"{src.path}: section {sec.name} is truncated")
-                    out.write(chunk)
-                    left -= len(chunk)
-            if sec.type == _SHT_NOTE and sec.flags & _SHF_ALLOC:
-                note_at[sec.addr] = pos
-            placed.append((sec.type, pos, size, index))
-            pos += size
-    shoff = _align(pos, 8)
-    out.seek(shoff)
-    table = bytearray()
-    for (stype, offset, size, index), sec in zip(placed, sections, strict=True):
-        if index == 0:
-            table += bytes(_SHDR_SIZE)
-            continue
-        table += struct.pack(endian + "IIQQQQIIQQ", sec.name_offset, stype, sec.flags, sec.addr,
-                             offset, size, sec.link, sec.info, sec.align, sec.entsize)
-    out.write(table)
-    file_end = shoff + len(table)
-    out.seek(_EHDR_SIZE)
-    for ph in phdrs:
-        ptype, flags, offset, vaddr, paddr, filesz, memsz, palign = ph
-        if ptype == _PT_NOTE and vaddr in note_at:
-            offset = note_at[vaddr]
-        elif ptype == _PT_PHDR or (ptype == _PT_LOAD and offset == 0 and filesz):
-            # The headers are where they were: the first segment still maps them.
-            headers = _EHDR_SIZE + len(phdrs) * _PHDR_SIZE
-            offset, filesz = (_EHDR_SIZE, headers - _EHDR_SIZE) if ptype == _PT_PHDR \
-                else (0, min(filesz, headers))
-        else:
-            # As objcopy: the segment keeps its addresses and sizes in memory
-            # but no bytes; the offset stays congruent to the address when
-            # that is inside the file (readers check offsets against the size).
-            congruent = vaddr % palign if ptype == _PT_LOAD and palign else 0
-            offset, filesz = (congruent if congruent <= file_end else 0), 0
-        out.write(struct.pack(endian + "IIQQQQQQ", ptype, flags, offset, vaddr, paddr, filesz,
-                              memsz, palign))
-    (etype, machine, version, entry, _phoff, _shoff, eflags, _ehsize, _phentsize, _phnum,
-     _shentsize, _shnum, _shstrndx) = module.header
-    shnum = len(sections)
-    out.seek(0)
-    out.write(module.ident)
-    out.write(struct.pack(endian + "HHIQQQIHHHHHH", etype, machine, version, entry,
-                          _EHDR_SIZE if phdrs else 0, shoff, eflags, _EHDR_SIZE,
-                          _PHDR_SIZE if phdrs else 0, len(phdrs), _SHDR_SIZE,
-                          shnum if shnum < 0xFF00 else 0,
-                          shstrndx if shstrndx < 0xFF00 else 0xFFFF))
-    if shnum >= 0xFF00 or shstrndx >= 0xFF00:
-        # Extended numbering: the real count and index live in section 0.
-        out.seek(shoff)
-        out.write(struct.pack(endian + "IIQQQQIIQQ", 0, 0, 0, 0, 0,
-                              shnum if shnum >= 0xFF00 else 0,
-                              shstrndx if shstrndx >= 0xFF00 else 0, 0, 0, 0))
+                copied.append(Section(sec, data))
+    return Layout(module.ident, module.header, module.phdrs, copied, shstrndx)
 
 
 def _provide_function_symbols(sections: list[_Section], frame: bytes, big_endian: bool,
@@ -1030,7 +963,7 @@ def _write_atomically(target: str, plan: _Plan, frame: _Frames) -> None:
     fd, tmp = tempfile.mkstemp(prefix=filelock.tmp_prefix(target), suffix=".debug", dir=directory)
     try:
         with os.fdopen(fd, "w+b") as out:
-            _write(out, plan.module, plan.base, frame, _debuglink(plan), plan.symbols)
+            write_elf(out, _layout(plan.module, plan.base, frame, _debuglink(plan), plan.symbols))
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, 0o644)
@@ -1048,10 +981,8 @@ def symbol_file_bytes(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
     """The symbol file for ``path`` as bytes (tests, and callers who place it themselves);
     ``jobs`` and ``store_dir`` as in ``write_symbol_file``."""
     plan = _plan(path, debug_roots)
-    buffer = io.BytesIO()
-    _write(buffer, plan.module, plan.base, _frame(plan, jobs, _store_file(plan, store_dir)),
-           _debuglink(plan))
-    return buffer.getvalue()
+    return elf_bytes(_layout(plan.module, plan.base,
+                             _frame(plan, jobs, _store_file(plan, store_dir)), _debuglink(plan)))
 
 
 def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
