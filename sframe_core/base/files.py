@@ -21,7 +21,7 @@ from .errors import FileError, NotELFError
 
 __all__ = ["MAX_SECTION_SIZE", "open_regular", "read_regular", "check_elf_layout", "open_elf",
            "ElfLayout", "SectionHeader", "SegmentHeader", "elf_layout", "notes_build_id",
-           "file_kind", "cache_root"]
+           "file_kind", "cache_root", "file_identity", "read_within"]
 
 # No real .sframe section comes near this (a 100 MB browser library carries a
 # few MB); anything larger is a lie in a header or not a section at all.
@@ -119,6 +119,21 @@ def read_regular(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
 def _read_at(stream: BinaryIO, offset: int, size: int) -> bytes:
     stream.seek(offset)
     return stream.read(size)
+
+
+def read_within(stream: BinaryIO, offset: int, size: int, limit: int, what: str, path: str) -> bytes:
+    """``size`` bytes at ``offset`` of ``stream``, a file of ``limit`` bytes
+    (``what`` and ``path`` name them when they are not all there).
+
+    :raises FileError: the bytes lie outside the file, or it is shorter now.
+    """
+    if offset < 0 or size < 0 or offset + size > limit:
+        raise FileError(f"{path}: malformed ELF file: {what} lies outside the file")
+    stream.seek(offset)
+    data = stream.read(size)
+    if len(data) != size:
+        raise FileError(f"{path}: malformed ELF file: {what} is truncated")
+    return data
 
 
 def check_elf_layout(stream: BinaryIO, label: str) -> None:
@@ -390,3 +405,11 @@ def cache_root() -> str:
     the symbol files' cache and the C analysis built for a read-only install."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(root, "sframe-gdb")
+
+
+def file_identity(path: str) -> bytes:
+    """What a file is when nothing inside it names it: its real path, size and
+    modification time (a module without build-id in the symbol file cache,
+    the module a worker process has open)."""
+    st = os.stat(path)
+    return f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}".encode()

@@ -14,6 +14,11 @@ the one copied, so adding ours never hides the variables, types and line
 tables LLDB or gdb would have used. See docs/dwarf.md for why the ELF is
 written here rather than by objcopy.
 
+This module is the front: the module's headers and debug file, what the
+file copies and adds, the cache. The CFI it carries is ``frames``'s (its
+FDEs made by ``workers``, in-process or split between processes), the ELF
+bytes ``elf_writer``'s.
+
 Cache: ``$XDG_CACHE_HOME/sframe-gdb/symbols`` (default ``~/.cache``), one
 file per (build-id, hash of the ``.sframe`` bytes, identity of the copied
 debug file, generator version); written to a temporary file in the same
@@ -25,36 +30,30 @@ cache is bounded (unused for 30 days, over 1 GiB: ``symcache.py``).
 
 from __future__ import annotations
 
-import bisect
 import hashlib
-import io
 import os
 import stat
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
-from ..base import settings
-from ..base.abi import AMD64, ARCHES, ELF_MACHINE_NAMES, Arch, arch_for_machine
-from ..base.errors import FileError, FormatError, SFrameError
+from ..base.abi import ARCHES, ELF_MACHINE_NAMES, Arch, arch_for_machine
+from ..base.errors import FileError
 from ..base.files import SectionHeader as _Section
-from ..base.files import cache_root, notes_build_id
+from ..base.files import cache_root, file_identity, notes_build_id, read_within
 from ..format import saved_registers
-from ..format.elf import ElfSFrame, read_elf
-from ..targets.symbols import DEBUG_ROOTS, SymbolTable
+from ..format.elf import read_elf
+from ..targets.symbols import DEBUG_ROOTS
 from . import cache as symcache
 from . import lock as filelock
 from .elf_writer import EHDR_SIZE, PHDR_SIZE, SHDR_SIZE, Layout, Section, elf_bytes, write_elf
 from .elfsyms import executable_sections, function_symbols
+from .frames import Frames, fde_ranges, frames_for
 
 if TYPE_CHECKING:
-    from ..analysis.parts import Exits
-    from ..dwarf.debug_frame import Encoded, Function
-    from ..format.section import SFrameSection
-    from .analysis_store import AnalysisStore, StoreKept
-
-_T = TypeVar("_T")
+    from .workers import Progress
+    pass
 
 # tempfile (with shutil, random and the compressors shutil imports), the
 # .debug_frame writer (with the SFrame decoder) and the module table are
@@ -62,9 +61,7 @@ _T = TypeVar("_T")
 # hit, what every warm start-up pays for, needs none of them.
 
 __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_symbol_file",
-           "write_symbol_file", "default_jobs", "PARALLEL_MIN_FDES", "NATIVE_SPLIT_MIN_FDES",
-           "split_min",
-           "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module", "maker_of",
+           "write_symbol_file", "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module", "maker_of",
            "has_debug_information", "writes_debug_frame"]
 
 # Bump when the bytes written for the same input change (a fix in dwarf.py):
@@ -142,16 +139,6 @@ class ModuleInfo(NamedTuple):
                    for sec in self.sections)
 
 
-def _read_at(stream: BinaryIO, offset: int, size: int, limit: int, what: str, path: str) -> bytes:
-    if offset < 0 or size < 0 or offset + size > limit:
-        raise FileError(f"{path}: malformed ELF file: {what} lies outside the file")
-    stream.seek(offset)
-    data = stream.read(size)
-    if len(data) != size:
-        raise FileError(f"{path}: malformed ELF file: {what} is truncated")
-    return data
-
-
 def read_module(path: str) -> ModuleInfo:
     """The headers of ``path`` (a 64-bit ELF file) and its build-id and debuglink.
 
@@ -168,7 +155,7 @@ def read_module(path: str) -> ModuleInfo:
             if ident[5] not in (1, 2):
                 raise FileError(f"{path}: malformed ELF file: bad data encoding {ident[5]}")
             endian = ">" if ident[5] == 2 else "<"
-            raw = _read_at(stream, 16, EHDR_SIZE - 16, size, "the ELF header", path)
+            raw = read_within(stream, 16, EHDR_SIZE - 16, size, "the ELF header", path)
             header = struct.unpack(endian + "HHIQQQIHHHHHH", raw)
             (_etype, _machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize,
              phnum, shentsize, shnum, shstrndx) = header
@@ -176,7 +163,7 @@ def read_module(path: str) -> ModuleInfo:
             if phnum:
                 if phentsize != PHDR_SIZE:
                     raise FileError(f"{path}: malformed ELF file: program header size {phentsize}")
-                table = _read_at(stream, phoff, phnum * PHDR_SIZE, size, "the program headers",
+                table = read_within(stream, phoff, phnum * PHDR_SIZE, size, "the program headers",
                                  path)
                 phdrs = [struct.unpack_from(endian + "IIQQQQQQ", table, i * PHDR_SIZE)
                          for i in range(phnum)]
@@ -185,13 +172,13 @@ def read_module(path: str) -> ModuleInfo:
                 if shentsize != SHDR_SIZE:
                     raise FileError(f"{path}: malformed ELF file: section header size {shentsize}")
                 first = struct.unpack(endian + "IIQQQQIIQQ",
-                                      _read_at(stream, shoff, SHDR_SIZE, size,
+                                      read_within(stream, shoff, SHDR_SIZE, size,
                                                "the section headers", path))
                 if shnum == 0:
                     shnum = first[5]  # extended numbering: the count is in section 0
                 if shstrndx == 0xFFFF:
                     shstrndx = first[6]
-                table = _read_at(stream, shoff, shnum * SHDR_SIZE, size, "the section headers",
+                table = read_within(stream, shoff, shnum * SHDR_SIZE, size, "the section headers",
                                  path)
                 rows = [struct.unpack_from(endian + "IIQQQQIIQQ", table, i * SHDR_SIZE)
                         for i in range(shnum)]
@@ -200,7 +187,7 @@ def read_module(path: str) -> ModuleInfo:
                 if not 0 < shstrndx < len(rows):
                     raise FileError(f"{path}: malformed ELF file: no section name table")
                 strtab = rows[shstrndx]
-                names = _read_at(stream, strtab[4], strtab[5], size, "the section name table", path)
+                names = read_within(stream, strtab[4], strtab[5], size, "the section name table", path)
             sections = []
             for row in rows:
                 end = names.find(b"\0", row[0])
@@ -215,20 +202,20 @@ def read_module(path: str) -> ModuleInfo:
             for sec in sections:
                 if sec.type == _SHT_NOTE and sec.size <= 1 << 20:
                     build_id = notes_build_id(
-                        _read_at(stream, sec.offset, sec.size, size, sec.name, path), endian)
+                        read_within(stream, sec.offset, sec.size, size, sec.name, path), endian)
                     if build_id:
                         break
             if build_id is None and not sections:
                 for ph in phdrs:
                     if ph[0] == _PT_NOTE and ph[5] <= 1 << 20:
                         build_id = notes_build_id(
-                            _read_at(stream, ph[2], ph[5], size, "a PT_NOTE segment", path), endian)
+                            read_within(stream, ph[2], ph[5], size, "a PT_NOTE segment", path), endian)
                         if build_id:
                             break
             debuglink = None
             for sec in sections:
                 if sec.name == ".gnu_debuglink" and 8 <= sec.size <= 4096:
-                    data = _read_at(stream, sec.offset, sec.size, size, sec.name, path)
+                    data = read_within(stream, sec.offset, sec.size, size, sec.name, path)
                     name_end = data.find(b"\0")
                     if name_end > 0 and len(data) >= ((name_end + 4) & ~3) + 4:
                         (crc,) = struct.unpack_from(endian + "I", data, (name_end + 4) & ~3)
@@ -306,7 +293,7 @@ def has_debug_information(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS) -
 # -- writing ------------------------------------------------------------------------
 
 
-def _layout(module: ModuleInfo, base: ModuleInfo, frames: _Frames,
+def _layout(module: ModuleInfo, base: ModuleInfo, frames: Frames,
             debuglink: bytes | None = None, symbols: bool = True) -> Layout:
     """What the symbol file holds, for ``elf_writer``: ``base``'s sections (the
     module, or its debug file) as ``objcopy --only-keep-debug`` keeps them,
@@ -323,7 +310,7 @@ def _layout(module: ModuleInfo, base: ModuleInfo, frames: _Frames,
     if sections:
         strtab = sections[src.shstrndx]
         with open(src.path, "rb") as stream:
-            names = _read_at(stream, strtab.offset, strtab.size, src.size, ".shstrtab", src.path)
+            names = read_within(stream, strtab.offset, strtab.size, src.size, ".shstrtab", src.path)
     if not sections:
         # Section headers stripped (PT_GNU_SFRAME found through the program
         # headers): a null section, the notes as sections, the name table.
@@ -409,8 +396,8 @@ def _provide_function_symbols(sections: list[_Section], frame: bytes, big_endian
                               provide: Callable[[str, bytes, int], None],
                               gap: int | None = None) -> None:
     """A stripped module: one function symbol per FDE, which LLDB needs (see
-    ``elfsyms``); the FDE at ``gap`` gets the unnamed one (``_before_entry``)."""
-    spans = _fde_ranges(frame, big_endian) or []
+    ``elfsyms``); the FDE at ``gap`` gets the unnamed one (``frames._before_entry``)."""
+    spans = fde_ranges(frame, big_endian) or []
     made = function_symbols([(start, end - start) for start, end in spans if start != gap],
                             executable_sections(sections), big_endian)
     if made is None:
@@ -453,21 +440,23 @@ def _with_gap_symbol(symtab: bytes, strtab: bytes, locals_: int, sections: list[
 
 def _provide_gap_symbol(sections: list[_Section], src: ModuleInfo, big_endian: bool,
                         provide: Callable[[str, bytes, int], None], gap: int) -> None:
-    """The copied symbol table with the unnamed symbol at ``gap`` (``_before_entry``)."""
+    """The copied symbol table with the unnamed symbol at ``gap`` (``frames._before_entry``)."""
     index = next((i for i, sec in enumerate(sections) if i and sec.type == _SHT_SYMTAB), None)
     if index is None:
         return
     symsec = sections[index]
     strsec = sections[symsec.link]
     with open(src.path, "rb") as stream:
-        symtab = _read_at(stream, symsec.offset, symsec.size, src.size, symsec.name, src.path)
-        strtab = _read_at(stream, strsec.offset, strsec.size, src.size, strsec.name, src.path)
+        symtab = read_within(stream, symsec.offset, symsec.size, src.size, symsec.name, src.path)
+        strtab = read_within(stream, strsec.offset, strsec.size, src.size, strsec.name, src.path)
     symtab, strtab, count = _with_gap_symbol(symtab, strtab, symsec.info, sections, big_endian,
                                              gap)
     _set_symbols(sections, provide, symsec.name, strsec.name, symtab, strtab, count)
 
 
-class _Plan(NamedTuple):
+class Plan(NamedTuple):
+    """What a symbol file is made from, and what its cache key hashes."""
+
     module: ModuleInfo
     base: ModuleInfo
     sframe: bytes
@@ -475,10 +464,10 @@ class _Plan(NamedTuple):
     # information: LLDB needs them (elfsyms); gdb does not (it would show the
     # names where the twin shows "??", and has the debug information).
     symbols: bool = True
-    before_entry: bool = False  # LLDB 21's file (``_before_entry``)
+    before_entry: bool = False  # LLDB 21's file (``frames._before_entry``)
 
 
-def _debuglink(plan: _Plan) -> bytes | None:
+def _debuglink(plan: Plan) -> bytes | None:
     """The ``.gnu_debuglink`` the symbol file needs so LLDB matches it to a
     module without build-id, or None.
 
@@ -506,14 +495,14 @@ def _debuglink(plan: _Plan) -> bytes | None:
 
 
 def _plan(path: str, debug_roots: Sequence[str], symbols: bool = True,
-          before_entry: bool = False, module: ModuleInfo | None = None) -> _Plan:
+          before_entry: bool = False, module: ModuleInfo | None = None) -> Plan:
     if module is None or module.path != path:
         module = read_module(path)
     if module.elf_type == _ET_REL:
         raise FileError(f"{path}: a relocatable object (.o): symbol files are made for linked "
                         "executables and libraries")
     base = _debug_source(module, debug_roots) or module
-    return _Plan(module, base, _sframe_bytes(module), symbols, symbols and before_entry)
+    return Plan(module, base, _sframe_bytes(module), symbols, symbols and before_entry)
 
 
 def _sframe_bytes(module: ModuleInfo) -> bytes:
@@ -524,7 +513,7 @@ def _sframe_bytes(module: ModuleInfo) -> bytes:
     if sec is not None and sec.type != _SHT_NOBITS and sec.size:
         try:
             with open(module.path, "rb") as stream:
-                return _read_at(stream, sec.offset, sec.size, module.size, ".sframe", module.path)
+                return read_within(stream, sec.offset, sec.size, module.size, ".sframe", module.path)
         except OSError as exc:
             raise FileError(f"{module.path}: {exc.strerror or exc}") from None
     info = read_elf(module.path)
@@ -533,429 +522,9 @@ def _sframe_bytes(module: ModuleInfo) -> bytes:
     return info.data
 
 
-def _existing_frame(base: ModuleInfo) -> bytes:
-    """The compiler's own ``.debug_frame`` in the copied sections, if any
-    (uncompressed: a separate debug file's sections usually are compressed)."""
-    sec = base.section(".debug_frame")
-    if sec is None or sec.type == _SHT_NOBITS or not sec.size:
-        return b""
-    try:
-        with open(base.path, "rb") as stream:
-            data = _read_at(stream, sec.offset, sec.size, base.size, ".debug_frame", base.path)
-    except OSError as exc:
-        raise FileError(f"{base.path}: {exc.strerror or exc}") from None
-    return _uncompressed(data, base.big_endian) if sec.flags & _SHF_COMPRESSED else data
 
 
-def _uncompressed(data: bytes, big_endian: bool) -> bytes:
-    """An ``SHF_COMPRESSED`` section's bytes, or b"" when they cannot be read
-    (not zlib, corrupt): the caller then treats the section as unreadable."""
-    if len(data) < _CHDR_SIZE:
-        return b""
-    kind, _reserved, size, _align = struct.unpack_from((">" if big_endian else "<") + "IIQQ", data)
-    if kind != _ELFCOMPRESS_ZLIB:
-        return b""  # zstd: not in Python's standard library before 3.14
-    try:
-        out = zlib.decompressobj()
-        raw = out.decompress(data[_CHDR_SIZE:], size + 1)
-    except zlib.error:
-        return b""
-    return raw if len(raw) == size else b""
-
-
-def _fde_ranges(data: bytes, big_endian: bool) -> list[tuple[int, int]] | None:
-    """The address ranges a ``.debug_frame``'s FDEs cover, or None if unreadable."""
-    from elftools.dwarf.callframe import FDE, CallFrameInfo
-    from elftools.dwarf.structs import DWARFStructs
-
-    from ..base.errors import foreign_errors
-
-    structs = DWARFStructs(little_endian=not big_endian, dwarf_format=32, address_size=8)
-    try:
-        entries = CallFrameInfo(io.BytesIO(data), len(data), 0, structs,
-                                for_eh_frame=False).get_entries()
-        return sorted((e.header["initial_location"],
-                       e.header["initial_location"] + e.header["address_range"])
-                      for e in entries if isinstance(e, FDE))
-    except foreign_errors():
-        return None
-
-
-def _covers(ranges: list[tuple[int, int]], starts: list[int], address: int) -> bool:
-    pos = bisect.bisect_right(starts, address) - 1
-    return any(lo <= address < hi for lo, hi in ranges[max(pos - 8, 0):pos + 1])
-
-
-class _Frames(NamedTuple):
-    """The CFI a symbol file carries."""
-
-    debug: bytes  # .debug_frame
-    eh: bytes = b""  # .eh_frame at address 0 (``_entry_eh_frame``), or none
-    gap: int | None = None  # the byte before e_entry, given an FDE here (``_before_entry``)
-
-
-def _store(section: SFrameSection, store_file: str | None) -> AnalysisStore | None:
-    """The analysis results kept for the module (``analysis_store``), attached
-    to ``section``; None when none are kept (turned off, a small module, no
-    saved-register analysis)."""
-    from . import analysis_store
-
-    if store_file is None or not section.saves_registers \
-            or section.num_fdes < analysis_store.MIN_FDES \
-            or not analysis_store.enabled():
-        return None
-    from ..analysis.section import analysis_of
-
-    store = analysis_store.AnalysisStore.load(store_file, f"sframe-gdb symbol file {GENERATOR}")
-    analysis_of(section).store = store  # an AnalysisStore is a ResultStore
-    return store
-
-
-# Told how far the FDEs are (done, of): a worker's progress, for the
-# debugger deciding whether to wait for it (``jobs.Job.remaining``).
-Progress = Callable[[int, int], None]
-# FDEs between two reports in-process (parts report as they come back).
-_PROGRESS_FDES = 64
-
-
-def _reporting(items: Iterable[_T], total: int, progress: Progress | None) -> Iterator[_T]:
-    """``items`` (one per FDE, in order), telling ``progress`` every ``_PROGRESS_FDES``."""
-    if progress is None:
-        yield from items
-        return
-    for done, item in enumerate(items, 1):
-        yield item
-        if done % _PROGRESS_FDES == 0 and done < total:
-            progress(done, total)
-
-
-def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None,
-           progress: Progress | None = None) -> _Frames:
-    """The symbol file's ``.debug_frame``: the SFrame functions as FDEs (and
-    its ``.eh_frame``: ``_entry_eh_frame``).
-
-    A compiler's own ``.debug_frame`` (``-g -fno-asynchronous-unwind-tables``,
-    in the module or its debug file) knows more than SFrame (callee-saved
-    registers): it is kept whole, and FDEs are added only for functions it
-    does not cover. ``jobs`` > 1: the FDEs are made by up to that many worker
-    processes (``_parallel``), the same bytes. The parts of functions entered
-    by jumps (gcc's ``NAME.cold``) are made again once every function's
-    branches are known (``_with_parts``). ``store_file``: where the
-    analysis results of the module's last build are kept (``analysis_store``):
-    read before, written after; the same bytes with it or without.
-    ``progress``: told how many FDEs are done as they are (0 as their work begins).
-    """
-    from ..analysis.section import SectionAnalysis
-    from ..dwarf.debug_frame import assemble, encoded, entry_function
-    from ..targets.modules import Module
-
-    path = plan.module.path
-    info = read_elf(path)
-    section = info.open(whole=True, analyser=SectionAnalysis)
-    if section is None:
-        raise FileError(f"{path}: no .sframe section")
-    store = _store(section, store_file)
-    existing = _existing_frame(plan.base)
-    covered = _fde_ranges(existing, plan.base.big_endian) if existing else []
-    if covered is None:
-        existing, covered = b"", []  # unreadable: replaced by ours whole
-    try:
-        # debug_frame decodes every FDE and FRE, with the checks lookups make.
-        extra = []
-        # As the gdb adapter does: only amd64's _start is known to be the
-        # short, FDE-less entry function everywhere.
-        if section.arch.abi_id == AMD64.abi_id:
-            span = Module(path, 0, (), elf=info).entry_function()
-            if span is not None:
-                extra.append(entry_function(*span))
-        arch = section.arch
-        eh = _entry_eh_frame(plan, info, section, extra)
-        gap = _before_entry(plan, info, section, covered) if eh else None
-        if gap is not None:
-            extra.append(entry_function(gap, gap + 1))
-        if progress is not None:
-            progress(0, section.num_fdes)  # the FDEs' work begins: its pace is timed from here
-        if jobs > 1 and section.num_fdes >= split_min(section):
-            items, exits = _parallel(path, section, covered, jobs, store, progress)
-        else:
-            items, exits = _encode_fdes(section, range(section.num_fdes), covered, progress)
-        if info.elf_type in ("ET_EXEC", "ET_DYN"):  # a .o's sections all start at 0
-            items = _with_parts(section, exits, items, covered,
-                                {addr for _, addr, _ in executable_sections(plan.module.sections)})
-        items.extend(encoded(_uncovered(extra, covered), arch))
-        if store is not None:
-            store.save()
-        return _Frames(existing + assemble(items, arch, offset=len(existing)), eh, gap)
-    except FormatError as exc:
-        text = str(exc)
-        raise FormatError(text if text.startswith(f"{path}:") else f"{path}: .sframe: {text}"
-                          ) from None
-
-
-def _with_parts(section: SFrameSection, exits: Exits, items: list[Encoded],
-                covered: list[tuple[int, int]], section_starts: set[int]) -> list[Encoded]:
-    """``items`` with the FDEs of the parts entered by jumps (gcc's ``NAME.cold``)
-    made again, with the rules the module's branches into them prove
-    (``analysis/parts.py``): a second pass, once every function's exits are known."""
-    from ..analysis.parts import entries
-    from ..analysis.section import analysis_of
-    from ..dwarf.debug_frame import encoded, functions
-
-    found = entries(section, exits, section_starts)
-    if not found:
-        return items
-    analysis_of(section).enter_parts(found)
-    again: dict[tuple[int, int], Encoded] = {}
-    for start in sorted(found):
-        fde = section.find_fde(start)
-        if fde is None:
-            continue
-        for item in encoded(_uncovered(functions(section, fdes=range(fde.index, fde.index + 1)),
-                                       covered), section.arch):
-            again[(item.start, item.end)] = item
-    return [again.get((item.start, item.end), item) for item in items]
-
-
-def _entry_eh_frame(plan: _Plan, info: ElfSFrame, section: SFrameSection,
-                    extra: list[Function]) -> bytes:
-    """LLDB's file: an ``.eh_frame`` with the FDE of the function at ``e_entry``.
-
-    LLDB unwinds a frame whose pc no symbol covers with ``.eh_frame`` alone
-    (``RegisterContextUnwind``: no function, no ``.debug_frame``). An
-    expression call (``expr -i false -- f(2)``) returns to the entry point,
-    whose pc - 1 is before ``_start``: without this, a ``bt`` stopped inside
-    the call ended at ``$__lldb_expr``, where LLDB on the ``.eh_frame`` twin
-    shows the frame at the entry point. The FDE is the SFrame one covering
-    ``e_entry``, else amd64's FDE-less ``_start`` (``extra``). Only where the
-    module has no ``.eh_frame`` of its own (one in ours could stand in for
-    it), and not in gdb's file, which needs none.
-    """
-    if not plan.symbols or info.has_eh_frame or not info.entry \
-            or info.elf_type not in ("ET_EXEC", "ET_DYN"):
-        return b""
-    from ..dwarf.debug_frame import eh_frame, functions
-
-    fde = section.find_fde(info.entry)
-    funcs = extra
-    if fde is not None:
-        funcs = [f for f in functions(section, fdes=range(fde.index, fde.index + 1))
-                 if f.start <= info.entry < f.end]
-    if not funcs:
-        return b""
-    return eh_frame(funcs, section.arch)
-
-
-def _before_entry(plan: _Plan, info: ElfSFrame, section: SFrameSection,
-                  covered: list[tuple[int, int]]) -> int | None:
-    """LLDB 21's file: the byte before ``e_entry``, to get an unnamed one-byte
-    function symbol and an FDE with the entry function's rule; or None.
-
-    LLDB 21 takes no ``.eh_frame`` from a symbol file (its ``SymbolVendorELF``
-    merges only the ``.debug_*`` sections and the symbol table into the
-    module), and ``RegisterContextUnwind`` looks a caller's pc up at pc - 1:
-    when no symbol holds that, ``GetFullUnwindPlanForFrame`` asks no
-    ``FuncUnwinders`` (so no ``.debug_frame``), only the module's own
-    ``.eh_frame``, and falls back to the architecture's default plan. An
-    expression call returns to the entry point, whose pc - 1 is the padding
-    before ``_start``: the default plan (CFA = rbp + 16) fails there and the
-    frame at the entry point, which LLDB on the twin shows, was dropped. A
-    symbol there makes pc - 1 resolve, its FDE gives the frame a CFA and an
-    undefined RA, and with no name LLDB 21 shows the frame as the twin does
-    (module, no function). Only where nothing covers that byte already (a
-    function ending at ``e_entry`` is the twin's frame as it is), and not for
-    LLDB 22 and 23, which read the ``.eh_frame`` and show an empty name as
-    ``module```.
-    """
-    gap = info.entry - 1
-    if not plan.before_entry or section.find_fde(gap) is not None \
-            or _covers(covered, [start for start, _ in covered], gap) \
-            or not any(addr <= gap < addr + size
-                       for _, addr, size in executable_sections(plan.base.sections)):
-        return None
-    if plan.base.section(".symtab") is None:
-        if plan.base.section(".debug_info") is not None:
-            return None  # no symbol table to add to (nor one made: a stripped module's)
-    elif SymbolTable.from_file(plan.base.path, ()).lookup(gap) is not None:
-        return None
-    return gap
-
-
-def _uncovered(funcs: Iterable[Function], covered: list[tuple[int, int]]) -> Iterable[Function]:
-    """``funcs`` but those a compiler's own ``.debug_frame`` covers already."""
-    if not covered:
-        return funcs
-    starts = [start for start, _ in covered]
-    return (f for f in funcs if not _covers(covered, starts, f.start))
-
-
-# -- worker processes ---------------------------------------------------------------
-
-# Below this many FDEs a module is done in-process: forked workers (each
-# with a cold decoder memo) would cost about what they save (figures:
-# docs/dwarf.md, "Cost").
-PARALLEL_MIN_FDES = 512
-# The same where the C makes the FDEs (``native_fdes``): starting the
-# workers, reading the module in each and sending the FDEs back costs about
-# 0.1 s, and each worker learns the module's encodings again (``amd64.c``'s
-# memo), against about 10 us per function made.
-NATIVE_SPLIT_MIN_FDES = 16384
-# The line a session splits from, if set (tests send a small program to
-# workers with it, as ``jobs.FOREGROUND_ENV`` does for the worker itself).
-SPLIT_ENV = "SFRAME_SPLIT_MIN_FDES"
-# FDEs per part handed to a worker (at least; parts are jobs * 4 for balance).
-_PART_MIN = 128
-
-
-def split_min(section: SFrameSection) -> int:
-    """From how many FDEs on ``section``'s symbol file is worth splitting
-    between processes (``PARALLEL_MIN_FDES``, ``NATIVE_SPLIT_MIN_FDES``)."""
-    from .native_fdes import serves
-
-    given = settings.number(SPLIT_ENV)
-    if given is not None:
-        return int(given)
-    return max(PARALLEL_MIN_FDES, NATIVE_SPLIT_MIN_FDES if serves(section) else 0)
-
-
-def default_jobs() -> int:
-    """Worker processes for a whole module: the CPUs this process may use, at most 8."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, 8))
-
-
-def _encode_part(path: str, fdes: range, covered: list[tuple[int, int]], saved: bool,
-                 store_file: str | None = None,
-                 ) -> tuple[list[Encoded], Exits, StoreKept] | None:
-    """A worker's share: the FDEs of ``fdes`` encoded, with their branches out
-    (``parts.Exits``) and the analysis results it used and made
-    (``store_file``: the kept ones it reads), or None when one of them is
-    corrupt (the parent then does the part itself, to raise what it says)."""
-    try:
-        section = _worker_section(path, saved)
-        if section is None:
-            return None
-        store = _store(section, store_file)
-        items, exits = _encode_fdes(section, fdes, covered)
-        return items, exits, (({}, {}, {}) if store is None else store.kept())
-    except SFrameError:
-        return None
-
-
-# The module a worker process was last handed a part of, opened once for
-# all its parts: (realpath, size, mtime, saved-register switch) -> section.
-_worker_module: dict[tuple[bytes, bool], SFrameSection | None] = {}
-
-
-def _worker_section(path: str, saved: bool) -> SFrameSection | None:
-    """``path``'s section, read whole (``open(whole=True)``), for a worker's part."""
-    from ..analysis.section import SectionAnalysis, analysis_of
-
-    key = (_identity(path), saved)
-    if key not in _worker_module:
-        _worker_module.clear()
-        section = read_elf(path).open(whole=True, analyser=SectionAnalysis)
-        if section is not None:
-            section.saved_registers = saved
-        _worker_module[key] = section
-    section = _worker_module[key]
-    if section is not None:
-        analysis_of(section).store = None  # each part attaches the store it reads
-    return section
-
-
-def _encode_fdes(section: SFrameSection, fdes: range, covered: list[tuple[int, int]],
-                 progress: Progress | None = None) -> tuple[list[Encoded], Exits]:
-    """The FDEs of ``fdes`` encoded, in order, and their branches out: made
-    in C where it was built (``native_fdes``), the Python making those it
-    declines, else all by the Python; the same bytes either way."""
-    from ..analysis.parts import Collector
-    from ..dwarf.debug_frame import encoded, functions
-    from .native_fdes import fdes_maker
-
-    collector = Collector(section)
-    make = fdes_maker(section)
-    if make is None:
-        made = _reporting(functions(section, collector.rows, fdes=fdes), len(fdes), progress)
-        return list(encoded(_uncovered(made, covered), section.arch)), collector.exits
-    items: list[Encoded] = []
-    starts = [start for start, _ in covered]
-    for lo in range(fdes.start, fdes.stop, _PROGRESS_FDES):
-        chunk = range(lo, min(lo + _PROGRESS_FDES, fdes.stop))
-        for index, answer in zip(chunk, make(chunk), strict=True):
-            if answer is None:  # declined: the Python's, with its errors
-                items.extend(encoded(_uncovered(functions(section, collector.rows,
-                                                          fdes=range(index, index + 1)), covered),
-                                     section.arch))
-                continue
-            item, analysis = answer
-            if analysis is not None:
-                collector.add(section.get_fde(index), analysis)
-            if item is not None and not (covered and _covers(covered, starts, item.start)):
-                items.append(item)
-        if progress is not None and chunk.stop - fdes.start < len(fdes):
-            progress(chunk.stop - fdes.start, len(fdes))
-    return items, collector.exits
-
-
-def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
-              jobs: int, store: AnalysisStore | None = None,
-              progress: Progress | None = None) -> tuple[list[Encoded], Exits]:
-    """Every FDE of ``section`` encoded by worker processes, in FDE order, and
-    their branches out (merged: the parent makes the parts entered by jumps
-    again itself, ``_with_parts``, as in-process).
-
-    Each worker opens the module itself and makes the rows of its FDEs as the
-    in-process path does (the saved-register switch passed explicitly, since
-    a spawned worker does not inherit it), so the bytes are the same; a part
-    that fails, or workers that cannot start (no ``fork``/``spawn``, an
-    embedded interpreter whose ``sys.executable`` is not Python), are done
-    in-process, where a corrupt FDE raises the error it always raised (the
-    first part in order that fails holds the first bad FDE).
-    """
-    import multiprocessing
-    import threading
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
-    from ..analysis.parts import Exits, merge
-
-    count = section.num_fdes
-    size = max(_PART_MIN, -(-count // (jobs * 4)))
-    parts = [range(lo, min(lo + size, count)) for lo in range(0, count, size)]
-    saved = section.saves_registers
-    # fork when nothing else runs in this process (the command line): no
-    # re-import per worker; else spawn, which is safe with threads.
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() \
-        and threading.active_count() == 1 else "spawn"
-    results: list[tuple[list[Encoded], Exits, StoreKept] | None] = []
-    store_file = None if store is None else store.path
-    try:
-        with ProcessPoolExecutor(min(jobs, len(parts)),
-                                 mp_context=multiprocessing.get_context(method)) as pool:
-            for result in pool.map(_encode_part, [path] * len(parts), parts,
-                                   [covered] * len(parts), [saved] * len(parts),
-                                   [store_file] * len(parts)):
-                results.append(result)
-                if progress is not None and len(results) < len(parts):
-                    progress(parts[len(results) - 1].stop, count)
-    except (OSError, BrokenProcessPool, RuntimeError, ImportError):
-        results = [None] * len(parts)
-    items: list[Encoded] = []
-    exits = Exits({}, {}, {}, [])
-    for part, result in zip(parts, results, strict=True):
-        if result is None:
-            result = (*_encode_fdes(section, part, covered), ({}, {}, {}))
-        items.extend(result[0])
-        merge(exits, result[1])
-        if store is not None:
-            store.absorb(result[2])
-    return items, exits
-
-
-def _write_atomically(target: str, plan: _Plan, frame: _Frames) -> None:
+def _write_atomically(target: str, plan: Plan, frame: Frames) -> None:
     """Write to a temporary file beside ``target``, then rename it into place."""
     import tempfile
 
@@ -982,7 +551,7 @@ def symbol_file_bytes(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
     ``jobs`` and ``store_dir`` as in ``write_symbol_file``."""
     plan = _plan(path, debug_roots)
     return elf_bytes(_layout(plan.module, plan.base,
-                             _frame(plan, jobs, _store_file(plan, store_dir)), _debuglink(plan)))
+                             frames_for(plan, jobs, _store_file(plan, store_dir)), _debuglink(plan)))
 
 
 def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
@@ -991,7 +560,7 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     """Write the symbol file for module ``path`` to ``out`` (atomically).
 
     ``jobs`` > 1: a module of ``PARALLEL_MIN_FDES`` FDEs or more is split
-    between that many worker processes (``default_jobs()``: the usable CPUs,
+    between that many worker processes (``workers.default_jobs()``: the usable CPUs,
     at most 8); the bytes are the same as with 1. Embedded interpreters
     (LLDB's, gdb's) keep 1, or run ``python -m sframe_core to-dwarf`` as a
     subprocess: that is the out-of-process route, and its output appears
@@ -1010,7 +579,7 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     plan = _plan(path, debug_roots)
     if debug_file is not None:
         plan = plan._replace(base=debug_file)
-    frame = _frame(plan, jobs, _store_file(plan, store_dir))
+    frame = frames_for(plan, jobs, _store_file(plan, store_dir))
     try:
         _write_atomically(out, plan, frame)
     except OSError as exc:
@@ -1018,7 +587,7 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     return SymbolFile(out, plan.module.build_id, False, _source_name(plan))
 
 
-def _store_file(plan: _Plan, directory: str | None) -> str | None:
+def _store_file(plan: Plan, directory: str | None) -> str | None:
     """The module's analysis store file in ``directory`` (None: none, or turned off)."""
     from . import analysis_store
 
@@ -1027,7 +596,7 @@ def _store_file(plan: _Plan, directory: str | None) -> str | None:
     return analysis_store.store_path(directory, plan.module.path)
 
 
-def _source_name(plan: _Plan) -> str | None:
+def _source_name(plan: Plan) -> str | None:
     return plan.base.path if plan.base.has_debug_info else None
 
 
@@ -1039,20 +608,15 @@ def cache_dir() -> str:
     return os.path.join(cache_root(), "symbols")
 
 
-def _identity(path: str) -> bytes:
-    st = os.stat(path)
-    return f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}".encode()
-
-
-def _cache_name(plan: _Plan) -> str:
+def _cache_name(plan: Plan) -> str:
     digest = hashlib.sha256()
     digest.update(f"sframe-gdb symbol file {GENERATOR}\0".encode())
     digest.update(plan.sframe)
     if plan.module.build_id is None:
         # No build-id: the module is what is at this path, this size and age.
-        digest.update(_identity(plan.module.path))
+        digest.update(file_identity(plan.module.path))
     if plan.base is not plan.module:
-        digest.update(_identity(plan.base.path))
+        digest.update(file_identity(plan.base.path))
     # A stripped file and its unstripped twin share the build-id and the
     # .sframe, not the symbol file (symbols, debug information): what is
     # copied in is part of the key.
@@ -1108,7 +672,7 @@ def _cached(path: str) -> bool:
         return False
 
 
-def _cache_target(plan: _Plan, cache: str | None) -> tuple[str, str, str | None]:
+def _cache_target(plan: Plan, cache: str | None) -> tuple[str, str, str | None]:
     """Where the symbol file of ``plan`` lives in the cache: (file, directory,
     warning). An unwritable cache directory falls back to a private temporary
     one, which ``warning`` says."""
@@ -1173,10 +737,10 @@ def symbol_file_for(path: str, *, cache: str | None = None,
     directory (said in ``SymbolFile.warning``). ``function_symbols=False``
     (gdb): a stripped module gets no function symbols for its FDEs.
     ``before_entry`` (LLDB 21): the byte before the entry point gets an
-    unnamed symbol and an FDE (``_before_entry``), a file of its own. ``jobs``
+    unnamed symbol and an FDE (``frames._before_entry``), a file of its own. ``jobs``
     as in ``write_symbol_file`` (never above 1 from a debugger's own Python:
     it would fork the debugger; ``symjobs`` runs a worker process instead).
-    ``module`` as in ``cached_symbol_file``; ``progress`` as in ``_frame``.
+    ``module`` as in ``cached_symbol_file``; ``progress`` as in ``frames.frames_for``.
 
     :raises SFrameError: one line naming the file and what is wrong (not ELF,
         no ``.sframe``, corrupt ``.sframe``, nowhere to write); nothing is
@@ -1194,7 +758,7 @@ def symbol_file_for(path: str, *, cache: str | None = None,
             symcache.touch(target)
             return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
         filelock.remove_leftovers(target)
-        frame = _frame(plan, jobs, _store_file(plan, directory), progress)
+        frame = frames_for(plan, jobs, _store_file(plan, directory), progress)
         try:
             _write_atomically(target, plan, frame)
         except OSError as exc:
