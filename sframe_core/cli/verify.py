@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from ..base.abi import AMD64, Arch
 from ..base.errors import FileError, FormatError, SFrameError, foreign_errors, reading_elf
+from ..base.files import is_elf
 from ..base.rows import CFARule, Row, RuleKind
 from ..dwarf.cfi import CFITable
 from ..format.describe import describe_cfa, describe_rule
@@ -944,15 +945,6 @@ def report_json(report: Report) -> dict[str, Any]:
         "kernel": None if report.kernel is None else {
             "accepts": not report.kernel, "reasons": [_finding_json(f) for f in report.kernel]},
     }
-
-
-def is_elf(path: str) -> bool:
-    """A regular file starting with the ELF magic (for ``verify -r``)."""
-    try:
-        with open(path, "rb") as stream:
-            return stream.read(4) == b"\x7fELF"
-    except OSError:
-        return False
 
 
 class NothingToCompare(FileError):

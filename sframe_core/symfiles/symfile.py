@@ -41,7 +41,16 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..base.abi import ARCHES, ELF_MACHINE_NAMES, Arch, arch_for_machine
 from ..base.errors import FileError
 from ..base.files import SectionHeader as _Section
-from ..base.files import cache_root, file_identity, notes_build_id, read_within
+from ..base.files import (
+    cache_root,
+    file_identity,
+    is_elf,
+    named_sections,
+    notes_build_id,
+    read_within,
+    section_rows,
+    segment_rows,
+)
 from ..format import saved_registers
 from ..format.elf import read_elf
 from ..targets.symbols import DEBUG_ROOTS
@@ -163,41 +172,32 @@ def read_module(path: str) -> ModuleInfo:
             if phnum:
                 if phentsize != PHDR_SIZE:
                     raise FileError(f"{path}: malformed ELF file: program header size {phentsize}")
-                table = read_within(stream, phoff, phnum * PHDR_SIZE, size, "the program headers",
-                                 path)
-                phdrs = [struct.unpack_from(endian + "IIQQQQQQ", table, i * PHDR_SIZE)
-                         for i in range(phnum)]
+                phdrs = segment_rows(read_within(stream, phoff, phnum * PHDR_SIZE, size,
+                                                 "the program headers", path), endian)
             rows: list[tuple[int, ...]] = []
             if shoff:
                 if shentsize != SHDR_SIZE:
                     raise FileError(f"{path}: malformed ELF file: section header size {shentsize}")
-                first = struct.unpack(endian + "IIQQQQIIQQ",
-                                      read_within(stream, shoff, SHDR_SIZE, size,
-                                               "the section headers", path))
+                (first,) = section_rows(read_within(stream, shoff, SHDR_SIZE, size,
+                                                    "the section headers", path), endian)
                 if shnum == 0:
                     shnum = first[5]  # extended numbering: the count is in section 0
                 if shstrndx == 0xFFFF:
                     shstrndx = first[6]
-                table = read_within(stream, shoff, shnum * SHDR_SIZE, size, "the section headers",
-                                 path)
-                rows = [struct.unpack_from(endian + "IIQQQQIIQQ", table, i * SHDR_SIZE)
-                        for i in range(shnum)]
+                rows = section_rows(read_within(stream, shoff, shnum * SHDR_SIZE, size,
+                                                "the section headers", path), endian)
             names = b""
             if rows:
                 if not 0 < shstrndx < len(rows):
                     raise FileError(f"{path}: malformed ELF file: no section name table")
                 strtab = rows[shstrndx]
-                names = read_within(stream, strtab[4], strtab[5], size, "the section name table", path)
-            sections = []
-            for row in rows:
-                end = names.find(b"\0", row[0])
-                name = names[row[0]:end if end >= 0 else len(names)].decode("utf-8", "replace")
-                sec = _Section(name, row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
-                               row[9], row[0])
+                names = read_within(stream, strtab[4], strtab[5], size, "the section name table",
+                                    path)
+            sections = named_sections(rows, names)
+            for sec in sections:
                 if sec.type not in (_SHT_NOBITS, _SHT_NULL) and sec.offset + sec.size > size:
-                    raise FileError(f"{path}: malformed ELF file: section {name} lies outside "
+                    raise FileError(f"{path}: malformed ELF file: section {sec.name} lies outside "
                                     "the file")
-                sections.append(sec)
             build_id = None
             for sec in sections:
                 if sec.type == _SHT_NOTE and sec.size <= 1 << 20:
@@ -208,8 +208,8 @@ def read_module(path: str) -> ModuleInfo:
             if build_id is None and not sections:
                 for ph in phdrs:
                     if ph[0] == _PT_NOTE and ph[5] <= 1 << 20:
-                        build_id = notes_build_id(
-                            read_within(stream, ph[2], ph[5], size, "a PT_NOTE segment", path), endian)
+                        build_id = notes_build_id(read_within(stream, ph[2], ph[5], size,
+                                                              "a PT_NOTE segment", path), endian)
                         if build_id:
                             break
             debuglink = None
@@ -222,7 +222,7 @@ def read_module(path: str) -> ModuleInfo:
                         debuglink = (os.fsdecode(data[:name_end]), crc)
     except OSError as exc:
         raise FileError(f"{path}: {exc.strerror or exc}") from None
-    return ModuleInfo(path, endian == ">", ident, header, tuple(phdrs), tuple(sections),
+    return ModuleInfo(path, endian == ">", ident, header, tuple(phdrs), sections,
                       shstrndx, size, build_id, debuglink)
 
 
@@ -664,14 +664,6 @@ def _fallback_dir() -> str | None:
     return _usable_dir(directory)
 
 
-def _cached(path: str) -> bool:
-    try:
-        with open(path, "rb") as stream:
-            return stream.read(4) == b"\x7fELF"
-    except OSError:
-        return False
-
-
 def _cache_target(plan: Plan, cache: str | None) -> tuple[str, str, str | None]:
     """Where the symbol file of ``plan`` lives in the cache: (file, directory,
     warning). An unwritable cache directory falls back to a private temporary
@@ -704,7 +696,7 @@ def cached_symbol_file(path: str, *, cache: str | None = None,
     """
     plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module)
     target, _, warning = _cache_target(plan, cache)
-    if not _cached(target):
+    if not is_elf(target):
         return None
     symcache.touch(target)  # its "last used" time, for pruning
     return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
@@ -748,13 +740,13 @@ def symbol_file_for(path: str, *, cache: str | None = None,
     """
     plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module)
     target, directory, warning = _cache_target(plan, cache)
-    if _cached(target):
+    if is_elf(target):
         symcache.touch(target)  # its "last used" time, for pruning
         return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
     # One maker per entry across processes (``lock``): another one's file,
     # once it lets go, is this call's cache hit.
     with filelock.holding(target):
-        if _cached(target):
+        if is_elf(target):
             symcache.touch(target)
             return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
         filelock.remove_leftovers(target)
