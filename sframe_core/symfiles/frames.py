@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from ..analysis.parts import Exits
     from ..dwarf.debug_frame import Encoded, Function
     from ..format.section import SFrameSection
-    from .symfile import ModuleInfo, Plan
+    from .module_headers import ModuleInfo
+    from .symfile import Plan
 
 __all__ = ["Frames", "frames_for", "fde_ranges"]
 

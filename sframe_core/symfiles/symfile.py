@@ -14,10 +14,11 @@ the one copied, so adding ours never hides the variables, types and line
 tables LLDB or gdb would have used. See docs/dwarf.md for why the ELF is
 written here rather than by objcopy.
 
-This module is the front: the module's headers and debug file, what the
-file copies and adds, the cache. The CFI it carries is ``frames``'s (its
-FDEs made by ``workers``, in-process or split between processes), the ELF
-bytes ``elf_writer``'s.
+This module is the front: what the file copies and adds, and the cache.
+The module's headers are read by ``module_headers``, its debug file found
+by ``debug_files``; the CFI the file carries is ``frames``'s (its FDEs made
+by ``workers``, in-process or split between processes), the ELF bytes
+``elf_writer``'s.
 
 Cache: ``$XDG_CACHE_HOME/sframe-gdb/symbols`` (default ``~/.cache``), one
 file per (build-id, hash of the ``.sframe`` bytes, identity of the copied
@@ -34,31 +35,28 @@ import hashlib
 import os
 import stat
 import struct
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..base.abi import ARCHES, ELF_MACHINE_NAMES, Arch, arch_for_machine
+from ..base.abi import ARCHES, Arch
 from ..base.errors import FileError
 from ..base.files import SectionHeader as _Section
 from ..base.files import (
     cache_root,
     file_identity,
     is_elf,
-    named_sections,
-    notes_build_id,
     read_within,
-    section_rows,
-    segment_rows,
 )
 from ..format import saved_registers
 from ..format.elf import read_elf
 from ..targets.symbols import DEBUG_ROOTS
 from . import cache as symcache
 from . import lock as filelock
-from .elf_writer import EHDR_SIZE, PHDR_SIZE, SHDR_SIZE, Layout, Section, elf_bytes, write_elf
+from .debug_files import build_id_path, crc32_of, debug_source, has_debug_information
+from .elf_writer import Layout, Section, elf_bytes, write_elf
 from .elfsyms import executable_sections, function_symbols
 from .frames import Frames, fde_ranges, frames_for
+from .module_headers import ModuleInfo, read_module
 
 if TYPE_CHECKING:
     from .workers import Progress
@@ -69,9 +67,12 @@ if TYPE_CHECKING:
 # imported where a symbol file is written or generated: a debugger's cache
 # hit, what every warm start-up pays for, needs none of them.
 
+# ModuleInfo, read_module (module_headers), build_id_path and
+# has_debug_information (debug_files) are named here too: callers asking
+# for a symbol file ask for them with it.
 __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_symbol_file",
-           "write_symbol_file", "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module", "maker_of",
-           "has_debug_information", "writes_debug_frame"]
+           "write_symbol_file", "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module",
+           "maker_of", "has_debug_information", "writes_debug_frame"]
 
 # Bump when the bytes written for the same input change (a fix in dwarf.py):
 # cached files of older generators are then not reused. What each version
@@ -89,11 +90,8 @@ def writes_debug_frame(arch: Arch | None) -> bool:
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3
 _SHF_ALLOC = 0x2
-_SHF_COMPRESSED = 0x800
-_ELFCOMPRESS_ZLIB, _CHDR_SIZE = 1, 24
 _PT_NOTE = 4
 _ET_REL = 1
-_DEBUG_INFO = (".debug_info", ".zdebug_info")
 
 
 class SymbolFile(NamedTuple):
@@ -112,182 +110,6 @@ class SymbolFile(NamedTuple):
     debug_source: str | None
     warning: str | None = None
 
-
-class ModuleInfo(NamedTuple):
-    """An ELF file's headers, read once, bounds-checked against its size."""
-
-    path: str
-    big_endian: bool
-    ident: bytes
-    header: tuple[int, ...]  # e_type .. e_shstrndx, as unpacked
-    phdrs: tuple[tuple[int, ...], ...]
-    sections: tuple[_Section, ...]
-    shstrndx: int
-    size: int
-    build_id: str | None
-    debuglink: tuple[str, int] | None  # (name, crc32)
-
-    @property
-    def elf_type(self) -> int:
-        return self.header[0]
-
-    def section(self, name: str) -> _Section | None:
-        for sec in self.sections:
-            if sec.name == name:
-                return sec
-        return None
-
-    @property
-    def arch(self) -> Arch | None:
-        """The module's ABI, where SFrame defines one for its machine."""
-        return arch_for_machine(ELF_MACHINE_NAMES.get(self.header[1], ""), self.big_endian)
-
-    @property
-    def has_debug_info(self) -> bool:
-        return any(sec.name in _DEBUG_INFO and sec.type != _SHT_NOBITS and sec.size
-                   for sec in self.sections)
-
-
-def read_module(path: str) -> ModuleInfo:
-    """The headers of ``path`` (a 64-bit ELF file) and its build-id and debuglink.
-
-    :raises FileError: not readable, not a 64-bit ELF file, or malformed.
-    """
-    try:
-        with open(path, "rb") as stream:
-            size = os.fstat(stream.fileno()).st_size
-            ident = stream.read(16)
-            if len(ident) < 16 or ident[:4] != b"\x7fELF":
-                raise FileError(f"{path}: not an ELF file")
-            if ident[4] != 2:
-                raise FileError(f"{path}: not a 64-bit ELF file")
-            if ident[5] not in (1, 2):
-                raise FileError(f"{path}: malformed ELF file: bad data encoding {ident[5]}")
-            endian = ">" if ident[5] == 2 else "<"
-            raw = read_within(stream, 16, EHDR_SIZE - 16, size, "the ELF header", path)
-            header = struct.unpack(endian + "HHIQQQIHHHHHH", raw)
-            (_etype, _machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize,
-             phnum, shentsize, shnum, shstrndx) = header
-            phdrs: list[tuple[int, ...]] = []
-            if phnum:
-                if phentsize != PHDR_SIZE:
-                    raise FileError(f"{path}: malformed ELF file: program header size {phentsize}")
-                phdrs = segment_rows(read_within(stream, phoff, phnum * PHDR_SIZE, size,
-                                                 "the program headers", path), endian)
-            rows: list[tuple[int, ...]] = []
-            if shoff:
-                if shentsize != SHDR_SIZE:
-                    raise FileError(f"{path}: malformed ELF file: section header size {shentsize}")
-                (first,) = section_rows(read_within(stream, shoff, SHDR_SIZE, size,
-                                                    "the section headers", path), endian)
-                if shnum == 0:
-                    shnum = first[5]  # extended numbering: the count is in section 0
-                if shstrndx == 0xFFFF:
-                    shstrndx = first[6]
-                rows = section_rows(read_within(stream, shoff, shnum * SHDR_SIZE, size,
-                                                "the section headers", path), endian)
-            names = b""
-            if rows:
-                if not 0 < shstrndx < len(rows):
-                    raise FileError(f"{path}: malformed ELF file: no section name table")
-                strtab = rows[shstrndx]
-                names = read_within(stream, strtab[4], strtab[5], size, "the section name table",
-                                    path)
-            sections = named_sections(rows, names)
-            for sec in sections:
-                if sec.type not in (_SHT_NOBITS, _SHT_NULL) and sec.offset + sec.size > size:
-                    raise FileError(f"{path}: malformed ELF file: section {sec.name} lies outside "
-                                    "the file")
-            build_id = None
-            for sec in sections:
-                if sec.type == _SHT_NOTE and sec.size <= 1 << 20:
-                    build_id = notes_build_id(
-                        read_within(stream, sec.offset, sec.size, size, sec.name, path), endian)
-                    if build_id:
-                        break
-            if build_id is None and not sections:
-                for ph in phdrs:
-                    if ph[0] == _PT_NOTE and ph[5] <= 1 << 20:
-                        build_id = notes_build_id(read_within(stream, ph[2], ph[5], size,
-                                                              "a PT_NOTE segment", path), endian)
-                        if build_id:
-                            break
-            debuglink = None
-            for sec in sections:
-                if sec.name == ".gnu_debuglink" and 8 <= sec.size <= 4096:
-                    data = read_within(stream, sec.offset, sec.size, size, sec.name, path)
-                    name_end = data.find(b"\0")
-                    if name_end > 0 and len(data) >= ((name_end + 4) & ~3) + 4:
-                        (crc,) = struct.unpack_from(endian + "I", data, (name_end + 4) & ~3)
-                        debuglink = (os.fsdecode(data[:name_end]), crc)
-    except OSError as exc:
-        raise FileError(f"{path}: {exc.strerror or exc}") from None
-    return ModuleInfo(path, endian == ">", ident, header, tuple(phdrs), sections,
-                      shstrndx, size, build_id, debuglink)
-
-
-def build_id_path(root: str, build_id: str) -> str:
-    """Where gdb, elfutils and LLDB look for a debug file by build-id under ``root``."""
-    return os.path.join(root, ".build-id", build_id[:2], build_id[2:] + ".debug")
-
-
-def _crc32(path: str) -> int | None:
-    crc = 0
-    try:
-        with open(path, "rb") as stream:
-            while chunk := stream.read(1 << 20):
-                crc = zlib.crc32(chunk, crc)
-    except OSError:
-        return None
-    return crc & 0xFFFFFFFF
-
-
-def _debug_file(module: ModuleInfo, debug_roots: Sequence[str]) -> ModuleInfo | None:
-    """The separate debug file gdb and LLDB would use for ``module``, if any.
-
-    By build-id under each root first, then by ``.gnu_debuglink`` beside the
-    module, in its ``.debug`` directory and under each root (gdb's order).
-    A candidate whose build-id (or, without one, CRC) does not match is not
-    the module's and is skipped.
-    """
-    candidates: list[str] = []
-    if module.build_id and len(module.build_id) > 2:
-        candidates += [build_id_path(root, module.build_id) for root in debug_roots]
-    if module.debuglink is not None:
-        here = os.path.dirname(os.path.realpath(module.path))
-        name = module.debuglink[0]
-        candidates += [os.path.join(here, name), os.path.join(here, ".debug", name)]
-        candidates += [os.path.join(root + here, name) for root in debug_roots]
-    real = os.path.realpath(module.path)
-    for candidate in candidates:
-        if not os.path.isfile(candidate) or os.path.realpath(candidate) == real:
-            continue
-        try:
-            info = read_module(candidate)
-        except FileError:
-            continue
-        if not info.has_debug_info:
-            continue
-        if module.build_id:
-            if info.build_id != module.build_id:
-                continue
-        elif module.debuglink is None or _crc32(candidate) != module.debuglink[1]:
-            continue
-        return info
-    return None
-
-
-def _debug_source(module: ModuleInfo, debug_roots: Sequence[str]) -> ModuleInfo | None:
-    if module.has_debug_info:
-        return module
-    return _debug_file(module, debug_roots)
-
-
-def has_debug_information(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS) -> bool:
-    """Does a debugger find debug information for ``path`` (its own or a separate
-    file)? It decides whether a debugger that keeps types it read before a
-    symbol file is added may take the file late."""
-    return _debug_source(read_module(path), debug_roots) is not None
 
 
 # -- writing ------------------------------------------------------------------------
@@ -485,7 +307,7 @@ def _debuglink(plan: Plan) -> bytes | None:
     if module.debuglink is not None:
         name, crc = module.debuglink
     else:
-        whole = _crc32(module.path)
+        whole = crc32_of(module.path)
         if whole is None:
             return None
         name, crc = f"{os.path.basename(module.path)}.sframe-gdb", whole
@@ -501,7 +323,7 @@ def _plan(path: str, debug_roots: Sequence[str], symbols: bool = True,
     if module.elf_type == _ET_REL:
         raise FileError(f"{path}: a relocatable object (.o): symbol files are made for linked "
                         "executables and libraries")
-    base = _debug_source(module, debug_roots) or module
+    base = debug_source(module, debug_roots) or module
     return Plan(module, base, _sframe_bytes(module), symbols, symbols and before_entry)
 
 
