@@ -13,11 +13,11 @@ from ..base.abi import ELF_MACHINE_NAMES, Arch, arch_for_machine
 from ..base.errors import FileError
 from ..base.files import SectionHeader as _Section
 from ..base.files import named_sections, notes_build_id, read_within, section_rows, segment_rows
-from .elf_writer import EHDR_SIZE, PHDR_SIZE, SHDR_SIZE
 
 __all__ = ["ModuleInfo", "read_module"]
 
 _SHT_NULL, _SHT_NOTE, _SHT_NOBITS = 0, 7, 8
+_EHDR_SIZE, _PHDR_SIZE, _SHDR_SIZE = 64, 56, 64  # ELF64's
 _PT_NOTE = 4
 _DEBUG_INFO = (".debug_info", ".zdebug_info")
 
@@ -73,27 +73,27 @@ def read_module(path: str) -> ModuleInfo:
             if ident[5] not in (1, 2):
                 raise FileError(f"{path}: malformed ELF file: bad data encoding {ident[5]}")
             endian = ">" if ident[5] == 2 else "<"
-            raw = read_within(stream, 16, EHDR_SIZE - 16, size, "the ELF header", path)
+            raw = read_within(stream, 16, _EHDR_SIZE - 16, size, "the ELF header", path)
             header = struct.unpack(endian + "HHIQQQIHHHHHH", raw)
             (_etype, _machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize,
              phnum, shentsize, shnum, shstrndx) = header
             phdrs: list[tuple[int, ...]] = []
             if phnum:
-                if phentsize != PHDR_SIZE:
+                if phentsize != _PHDR_SIZE:
                     raise FileError(f"{path}: malformed ELF file: program header size {phentsize}")
-                phdrs = segment_rows(read_within(stream, phoff, phnum * PHDR_SIZE, size,
+                phdrs = segment_rows(read_within(stream, phoff, phnum * _PHDR_SIZE, size,
                                                  "the program headers", path), endian)
             rows: list[tuple[int, ...]] = []
             if shoff:
-                if shentsize != SHDR_SIZE:
+                if shentsize != _SHDR_SIZE:
                     raise FileError(f"{path}: malformed ELF file: section header size {shentsize}")
-                (first,) = section_rows(read_within(stream, shoff, SHDR_SIZE, size,
+                (first,) = section_rows(read_within(stream, shoff, _SHDR_SIZE, size,
                                                     "the section headers", path), endian)
                 if shnum == 0:
                     shnum = first[5]  # extended numbering: the count is in section 0
                 if shstrndx == 0xFFFF:
                     shstrndx = first[6]
-                rows = section_rows(read_within(stream, shoff, shnum * SHDR_SIZE, size,
+                rows = section_rows(read_within(stream, shoff, shnum * _SHDR_SIZE, size,
                                                 "the section headers", path), endian)
             names = b""
             if rows:

@@ -53,17 +53,17 @@ from ..targets.symbols import DEBUG_ROOTS
 from . import cache as symcache
 from . import lock as filelock
 from .debug_files import build_id_path, crc32_of, debug_source, has_debug_information
-from .elf_writer import Layout, Section, elf_bytes, write_elf
 from .elfsyms import executable_sections, function_symbols
 from .frames import Frames, fde_ranges, frames_for
 from .module_headers import ModuleInfo, read_module
 
 if TYPE_CHECKING:
+    from .elf_writer import Layout
     from .workers import Progress
     pass
 
 # tempfile (with shutil, random and the compressors shutil imports), the
-# .debug_frame writer (with the SFrame decoder) and the module table are
+# ELF and .debug_frame writers (with the SFrame decoder) and the module table are
 # imported where a symbol file is written or generated: a debugger's cache
 # hit, what every warm start-up pays for, needs none of them.
 
@@ -126,6 +126,8 @@ def _layout(module: ModuleInfo, base: ModuleInfo, frames: Frames,
     The ELF and program headers are the module's, so the file describes the
     same layout.
     """
+    from .elf_writer import Layout, Section
+
     src = base
     sections = list(src.sections)
     names = b""
@@ -350,6 +352,8 @@ def _write_atomically(target: str, plan: Plan, frame: Frames) -> None:
     """Write to a temporary file beside ``target``, then rename it into place."""
     import tempfile
 
+    from .elf_writer import write_elf
+
     directory = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=filelock.tmp_prefix(target), suffix=".debug", dir=directory)
     try:
@@ -372,6 +376,8 @@ def symbol_file_bytes(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
     """The symbol file for ``path`` as bytes (tests, and callers who place it themselves);
     ``jobs`` and ``store_dir`` as in ``write_symbol_file``."""
     plan = _plan(path, debug_roots)
+    from .elf_writer import elf_bytes
+
     return elf_bytes(_layout(plan.module, plan.base,
                              frames_for(plan, jobs, _store_file(plan, store_dir)), _debuglink(plan)))
 
