@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO, NamedTuple
 
 from ..base.files import SectionHeader
@@ -31,6 +31,10 @@ _PT_LOAD, _PT_NOTE, _PT_PHDR = 1, 4, 6
 _SHN_LORESERVE, _SHN_XINDEX = 0xFF00, 0xFFFF
 
 
+# A section's bytes, as the chunks a call yields (each call from the start).
+Chunks = Callable[[], Iterable[bytes]]
+
+
 class Section(NamedTuple):
     """One section: its header (name offset, type, flags, address, link, info,
     alignment, entry size as written; the offset is the writer's) and its
@@ -38,7 +42,9 @@ class Section(NamedTuple):
     written as it is)."""
 
     header: SectionHeader
-    data: bytes | None = None
+    # A copied section of a large file comes in chunks (``Chunks``), so that
+    # writing it needs memory for one chunk, not for the section.
+    data: bytes | Chunks | None = None
 
 
 class Layout(NamedTuple):
@@ -78,11 +84,18 @@ def write_elf(out: BinaryIO, layout: Layout) -> None:
             continue
         pos = _align(pos, sec.align)
         out.seek(pos)
-        out.write(data)
+        if isinstance(data, bytes):
+            out.write(data)
+            size = len(data)
+        else:
+            size = 0
+            for chunk in data():
+                out.write(chunk)
+                size += len(chunk)
         if sec.type == _SHT_NOTE and sec.flags & _SHF_ALLOC:
             note_at[sec.addr] = pos
-        placed.append((pos, len(data)))
-        pos += len(data)
+        placed.append((pos, size))
+        pos += size
     shoff = _align(pos, 8)
     out.seek(shoff)
     table = bytearray()

@@ -35,7 +35,7 @@ import hashlib
 import os
 import stat
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..base.abi import ARCHES, Arch
@@ -197,23 +197,33 @@ def _layout(module: ModuleInfo, base: ModuleInfo, frames: Frames,
     own[shstrndx] = names
 
     copied: list[Section] = []
-    with open(src.path, "rb") as stream:
-        for index, sec in enumerate(sections):
-            data = own.get(index)
-            if index == 0:
-                copied.append(Section(sec))
-            elif data is None and (sec.type in (_SHT_NOBITS, _SHT_NULL)
-                                   or (sec.flags & _SHF_ALLOC and sec.type != _SHT_NOTE)):
-                copied.append(Section(sec._replace(
-                    type=_SHT_NOBITS if sec.type != _SHT_NULL else _SHT_NULL)))
-            else:
-                if data is None:
-                    stream.seek(sec.offset)
-                    data = stream.read(sec.size)
-                    if len(data) != sec.size:
-                        raise FileError(f"{src.path}: section {sec.name} is truncated")
-                copied.append(Section(sec, data))
+    for index, sec in enumerate(sections):
+        data = own.get(index)
+        if index == 0:
+            copied.append(Section(sec))
+        elif data is None and (sec.type in (_SHT_NOBITS, _SHT_NULL)
+                               or (sec.flags & _SHF_ALLOC and sec.type != _SHT_NOTE)):
+            copied.append(Section(sec._replace(
+                type=_SHT_NOBITS if sec.type != _SHT_NULL else _SHT_NULL)))
+        else:
+            copied.append(Section(sec, _chunks(src.path, sec) if data is None else data))
     return Layout(module.ident, module.header, module.phdrs, copied, shstrndx)
+
+
+def _chunks(path: str, sec: _Section) -> Callable[[], Iterator[bytes]]:
+    """A copied section's bytes, read a MiB at a time as the file is written
+    (a separate debug file's sections can be gigabytes)."""
+    def read() -> Iterator[bytes]:
+        with open(path, "rb") as stream:
+            stream.seek(sec.offset)
+            left = sec.size
+            while left:
+                chunk = stream.read(min(left, 1 << 20))
+                if not chunk:
+                    raise FileError(f"{path}: section {sec.name} is truncated")
+                yield chunk
+                left -= len(chunk)
+    return read
 
 
 def _provide_function_symbols(sections: list[_Section], frame: bytes, big_endian: bool,
