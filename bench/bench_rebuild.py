@@ -125,7 +125,7 @@ def measure(size: int, a: Path, b: Path, runs: int, work: Path) -> bool:
 
 
 def _default_jobs() -> int:
-    from sframe_core.symfiles.symfile import default_jobs
+    from sframe_core.symfiles.workers import default_jobs
     return default_jobs()
 
 

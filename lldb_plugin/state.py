@@ -144,7 +144,7 @@ def merges_symbol_file_eh_frame() -> bool:
     """Does LLDB take an ``.eh_frame`` from a symbol file into the module?
     22.1.0 and 23.1.0 do; 21.1.7's ``SymbolVendorELF`` merges only the
     ``.debug_*`` sections and the symbol table, so 21 gets a file of its own
-    (``symfile._before_entry``). The SB API that came with 22,
+    (``frames._before_entry``). The SB API that came with 22,
     ``SBThread.GetFrames``, stands in for it."""
     return hasattr(lldb.SBThread, "GetFrames")
 

@@ -61,7 +61,7 @@ def host_sframe_version(host_sframe_binary: Path) -> int:
 def large_program(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(twin, .noeh copy) of a generated program just large enough for its
     symbol file to be split between worker processes (``PARALLEL_MIN_FDES``)."""
-    from sframe_core.symfiles.symfile import PARALLEL_MIN_FDES
+    from sframe_core.symfiles.workers import PARALLEL_MIN_FDES
 
     if shutil.which("gcc") is None:
         pytest.fail("gcc is needed to build the generated program")

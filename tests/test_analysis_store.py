@@ -27,7 +27,7 @@ from sframe_core.base.rows import CFARule
 from sframe_core.cli.commands import main
 from sframe_core.format.elf import read_elf
 from sframe_core.format.section import SFrameSection
-from sframe_core.symfiles import analysis_store, symfile
+from sframe_core.symfiles import analysis_store, symfile, workers
 from sframe_core.symfiles.analysis_store import AnalysisStore
 
 FUNCTIONS = 300  # above analysis_store.MIN_FDES with the chain and main
@@ -116,8 +116,8 @@ def test_workers_use_and_fill_the_store(builds: tuple[Path, Path], tmp_path: Pat
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """``--jobs``: each worker reads the store, the parent writes what they used."""
     a, b = builds
-    monkeypatch.setattr(symfile, "PARALLEL_MIN_FDES", 64)
-    monkeypatch.setattr(symfile, "NATIVE_SPLIT_MIN_FDES", 64)
+    monkeypatch.setattr(workers, "PARALLEL_MIN_FDES", 64)
+    monkeypatch.setattr(workers, "NATIVE_SPLIT_MIN_FDES", 64)
     module, store = tmp_path / "prog.noeh", tmp_path / "store"
     shutil.copy(a, module)
     plain_a = _plain(module, monkeypatch)

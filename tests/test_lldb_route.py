@@ -512,7 +512,7 @@ def test_lldb21_symbol_file_gives_the_byte_before_the_entry_point_an_unnamed_sym
     reads as no name) one-byte function symbol at e_entry - 1, after the
     local symbols, and an FDE for that byte whose RA is undefined, as the
     entry function's; a cache file of its own. The default file (LLDB 22, 23)
-    and gdb's have neither (symfile._before_entry)."""
+    and gdb's have neither (frames._before_entry)."""
     from elftools.dwarf.callframe import FDE
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection

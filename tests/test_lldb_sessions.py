@@ -125,9 +125,9 @@ def test_expression_call_stopped_inside(version: str, tmp_path: Path) -> None:
     return address, which LLDB makes the entry point. LLDB unwinds that frame
     (pc - 1 is before ``_start``, outside every symbol) from ``.eh_frame``
     alone, never ``.debug_frame``: LLDB's symbol file carries the entry
-    function's FDE in an ``.eh_frame`` (``symfile._entry_eh_frame``). LLDB 21
+    function's FDE in an ``.eh_frame`` (``frames._entry_eh_frame``). LLDB 21
     takes no ``.eh_frame`` from a symbol file: its file gives pc - 1 an
-    unnamed symbol and an FDE instead (``symfile._before_entry``)."""
+    unnamed symbol and an FDE instead (``frames._before_entry``)."""
     from helpers import X86, need
     twin, noeh = need(X86 / "busid-v3" / "deep"), need(X86 / "busid-v3" / "deep.noeh")
     steps = ["breakpoint set -n main", "process launch", "breakpoint set -n f4", EXPR, "bt"]

@@ -5,7 +5,7 @@
   target moved), and amd64's effects from the text alone (``AMD64Decoder._quick``),
   give the effects a detailed decode of every instruction gives, on whole
   real programs (ten amd64 builds);
-- worker processes (``symfile._parallel``, ``to-dwarf --jobs``) write the
+- worker processes (``workers.encode_in_workers``, ``to-dwarf --jobs``) write the
   bytes one process writes, and so does the in-process fallback when workers
   cannot start.
 """
@@ -26,7 +26,7 @@ from sframe_core.analysis.decoders import decoder_for
 from sframe_core.analysis.effects import Base, Effect
 from sframe_core.dwarf import debug_frame
 from sframe_core.format.elf import read_elf
-from sframe_core.symfiles import symfile
+from sframe_core.symfiles import symfile, workers
 
 LUA_X86 = FIXTURES / "realprogs" / "lua5.4" / "busid-v3" / "lua5.4.noeh"
 LUA_A64 = FIXTURES / "realprogs-aarch64" / "lua5.4" / "lua5.4.noeh"
@@ -94,9 +94,9 @@ def test_workers_write_the_same_bytes(monkeypatch: pytest.MonkeyPatch, threads: 
     import threading
 
     one = symfile.symbol_file_bytes(str(LUA_X86))
-    monkeypatch.setattr(symfile, "PARALLEL_MIN_FDES", 1)
-    monkeypatch.setattr(symfile, "NATIVE_SPLIT_MIN_FDES", 1)
-    monkeypatch.setattr(symfile, "_PART_MIN", 64)  # lua5.4: 797 FDEs, 13 parts
+    monkeypatch.setattr(workers, "PARALLEL_MIN_FDES", 1)
+    monkeypatch.setattr(workers, "NATIVE_SPLIT_MIN_FDES", 1)
+    monkeypatch.setattr(workers, "_PART_MIN", 64)  # lua5.4: 797 FDEs, 13 parts
     monkeypatch.setattr(threading, "active_count", lambda: threads)
     here: list[range] = []  # parts the parent made itself (the fallback)
     functions = debug_frame.functions
@@ -123,8 +123,8 @@ def test_no_workers_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
         def __init__(self, *args: object, **kwargs: object) -> None:
             raise OSError("no processes here")
 
-    monkeypatch.setattr(symfile, "PARALLEL_MIN_FDES", 1)
-    monkeypatch.setattr(symfile, "NATIVE_SPLIT_MIN_FDES", 1)
+    monkeypatch.setattr(workers, "PARALLEL_MIN_FDES", 1)
+    monkeypatch.setattr(workers, "NATIVE_SPLIT_MIN_FDES", 1)
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", NoPool)
     assert symfile.symbol_file_bytes(str(LUA_X86), jobs=4) == one
 

@@ -100,12 +100,12 @@ def test_worker_error_is_one_line(tmp_path: Path) -> None:
 def _large(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     """``symbol_file_now`` sees every module as large enough for a worker,
     on two CPUs, with the cache in ``tmp_path``; returns the paths workers got."""
-    from sframe_core.symfiles import jobs, symfile
+    from sframe_core.symfiles import jobs, workers
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(symfile, "PARALLEL_MIN_FDES", 1)
-    monkeypatch.setattr(symfile, "NATIVE_SPLIT_MIN_FDES", 1)
-    monkeypatch.setattr(symfile, "default_jobs", lambda: 2)
+    monkeypatch.setattr(workers, "PARALLEL_MIN_FDES", 1)
+    monkeypatch.setattr(workers, "NATIVE_SPLIT_MIN_FDES", 1)
+    monkeypatch.setattr(workers, "default_jobs", lambda: 2)
     started: list[str] = []
     real = jobs.Job
 
@@ -170,9 +170,9 @@ def test_progress_is_told_from_the_start_of_the_fdes(tmp_path: Path, jobs: int,
     ``Job.remaining`` times the pace from that moment, not from the
     worker's start-up (lua5.4's 705 FDEs, -O2 -g; split between processes
     as if the C did not make its FDEs)."""
-    from sframe_core.symfiles import symfile
+    from sframe_core.symfiles import workers
 
-    monkeypatch.setattr(symfile, "NATIVE_SPLIT_MIN_FDES", symfile.PARALLEL_MIN_FDES)
+    monkeypatch.setattr(workers, "NATIVE_SPLIT_MIN_FDES", workers.PARALLEL_MIN_FDES)
     told: list[tuple[int, int]] = []
     symbol_file_for(str(need(LUA)), cache=str(tmp_path), jobs=jobs,
                     progress=lambda done, of: told.append((done, of)))

@@ -21,7 +21,8 @@ from .errors import FileError, NotELFError
 
 __all__ = ["MAX_SECTION_SIZE", "open_regular", "read_regular", "check_elf_layout", "open_elf",
            "ElfLayout", "SectionHeader", "SegmentHeader", "elf_layout", "notes_build_id",
-           "file_kind", "cache_root"]
+           "file_kind", "cache_root", "file_identity", "read_within", "is_elf", "section_rows",
+           "segment_rows", "named_sections"]
 
 # No real .sframe section comes near this (a 100 MB browser library carries a
 # few MB); anything larger is a lie in a header or not a section at all.
@@ -119,6 +120,21 @@ def read_regular(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
 def _read_at(stream: BinaryIO, offset: int, size: int) -> bytes:
     stream.seek(offset)
     return stream.read(size)
+
+
+def read_within(stream: BinaryIO, offset: int, size: int, limit: int, what: str, path: str) -> bytes:
+    """``size`` bytes at ``offset`` of ``stream``, a file of ``limit`` bytes
+    (``what`` and ``path`` name them when they are not all there).
+
+    :raises FileError: the bytes lie outside the file, or it is shorter now.
+    """
+    if offset < 0 or size < 0 or offset + size > limit:
+        raise FileError(f"{path}: malformed ELF file: {what} lies outside the file")
+    stream.seek(offset)
+    data = stream.read(size)
+    if len(data) != size:
+        raise FileError(f"{path}: malformed ELF file: {what} is truncated")
+    return data
 
 
 def check_elf_layout(stream: BinaryIO, label: str) -> None:
@@ -344,11 +360,10 @@ def elf_layout(stream: BinaryIO, label: str) -> ElfLayout:
             phnum = first[7]
         if shstrndx == SHN_XINDEX:
             shstrndx = first[6]
-        rows = list(shdr.iter_unpack(_read_at(stream, shoff, count * shentsize)))
+        rows = section_rows(_read_at(stream, shoff, count * shentsize), end, cls == 2)
     segments: tuple[SegmentHeader, ...] = ()
     if phnum:
-        phdr = struct.Struct(end + _PHDR_FULL[cls])
-        table = phdr.iter_unpack(_read_at(stream, phoff, phnum * phentsize))
+        table = segment_rows(_read_at(stream, phoff, phnum * phentsize), end, cls == 2)
         if wide:
             segments = tuple(SegmentHeader(t, f, o, v, fs, ms) for t, f, o, v, _p, fs, ms, _a
                              in table)
@@ -357,11 +372,27 @@ def elf_layout(stream: BinaryIO, label: str) -> ElfLayout:
                              in table)
     short: list[tuple[int, ...]] = [(r[0], r[1], r[4], r[5]) for r in rows]
     strtab = _names(stream, short, shstrndx, os.fstat(stream.fileno()).st_size).strtab
-    sections = tuple(
+    return ElfLayout(wide, big, e_type, machine, named_sections(rows, strtab), segments, entry)
+
+
+def section_rows(table: bytes, end: str, wide: bool = True) -> list[tuple[int, ...]]:
+    """A section header table's entries as they are stored (``sh_name`` ..
+    ``sh_entsize``), ``end`` the ``struct`` byte order."""
+    return list(struct.iter_unpack(end + _SHDR_FULL[2 if wide else 1], table))
+
+
+def segment_rows(table: bytes, end: str, wide: bool = True) -> list[tuple[int, ...]]:
+    """A program header table's entries as they are stored (``p_type`` ..
+    ``p_align``, in the class's own order)."""
+    return list(struct.iter_unpack(end + _PHDR_FULL[2 if wide else 1], table))
+
+
+def named_sections(rows: list[tuple[int, ...]], strtab: bytes) -> tuple[SectionHeader, ...]:
+    """``section_rows``' entries as records, named from the section name table."""
+    return tuple(
         SectionHeader(_name_at(strtab, at), stype, flags, addr, offset, size, link, info, align,
                       entsize, at)
         for at, stype, flags, addr, offset, size, link, info, align, entsize in rows)
-    return ElfLayout(wide, big, e_type, machine, sections, segments, entry)
 
 
 NT_GNU_BUILD_ID = 3
@@ -385,8 +416,25 @@ def notes_build_id(data: bytes, endian: str) -> str | None:
     return None
 
 
+def is_elf(path: str) -> bool:
+    """Does ``path`` start with the ELF magic? (False when it cannot be read.)"""
+    try:
+        with open(path, "rb") as stream:
+            return stream.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
 def cache_root() -> str:
     """``$XDG_CACHE_HOME/sframe-gdb`` (``~/.cache`` when the variable is unset):
     the symbol files' cache and the C analysis built for a read-only install."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(root, "sframe-gdb")
+
+
+def file_identity(path: str) -> bytes:
+    """What a file is when nothing inside it names it: its real path, size and
+    modification time (a module without build-id in the symbol file cache,
+    the module a worker process has open)."""
+    st = os.stat(path)
+    return f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}".encode()

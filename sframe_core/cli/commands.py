@@ -382,11 +382,11 @@ def run_to_dwarf(args: argparse.Namespace) -> int:
     from ..symfiles.buildid_tree import checked_debug_file
     from ..symfiles.symfile import (
         build_id_path,
-        default_jobs,
         read_module,
         symbol_file_for,
         write_symbol_file,
     )
+    from ..symfiles.workers import default_jobs
 
     if sum(x is not None for x in (args.output, args.build_id_dir, args.cache)) > 1:
         raise UsageError("give one of -o OUT, --build-id-dir DIR and --cache")

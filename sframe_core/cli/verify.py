@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..base.files import is_elf
 from ..verify.records import (
     AGREES,
     CANNOT_SAY,
@@ -100,15 +101,6 @@ def report_json(report: Report) -> dict[str, Any]:
         "kernel": None if report.kernel is None else {
             "accepts": not report.kernel, "reasons": [_finding_json(f) for f in report.kernel]},
     }
-
-
-def is_elf(path: str) -> bool:
-    """A regular file starting with the ELF magic (for ``verify -r``)."""
-    try:
-        with open(path, "rb") as stream:
-            return stream.read(4) == b"\x7fELF"
-    except OSError:
-        return False
 
 
 def walk_elves(directory: str) -> list[str]:

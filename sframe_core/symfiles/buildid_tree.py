@@ -19,7 +19,9 @@ from typing import NamedTuple
 
 from ..base.errors import FileError, SFrameError
 from ..targets.symbols import DEBUG_ROOTS
-from .symfile import ModuleInfo, build_id_path, read_module, write_symbol_file
+from .debug_files import build_id_path, crc32_of, debug_file_for
+from .module_headers import ModuleInfo, read_module
+from .symfile import write_symbol_file
 
 __all__ = ["checked_debug_file", "find_debug_file", "debug_roots", "Job", "Outcome",
            "plan_tree", "make"]
@@ -58,9 +60,7 @@ def checked_debug_file(module: ModuleInfo, path: str) -> ModuleInfo:
             raise FileError(f"{path}: build-id {info.build_id} is not that of {module.path} "
                             f"({module.build_id})")
     elif module.debuglink is not None:
-        from .symfile import _crc32
-
-        if _crc32(path) != module.debuglink[1]:
+        if crc32_of(path) != module.debuglink[1]:
             raise FileError(f"{path}: CRC does not match the .gnu_debuglink of {module.path}")
     return info
 
@@ -76,15 +76,13 @@ def debug_roots(dirs: Sequence[str]) -> tuple[str, ...]:
 def find_debug_file(module: ModuleInfo, roots: Sequence[str]) -> ModuleInfo | None:
     """The separate debug file of ``module``, or None.
 
-    Where gdb looks (``symfile``'s search: by build-id under each root; the
+    Where gdb looks (``debug_files.debug_file_for``: by build-id under each root; the
     ``.gnu_debuglink`` name beside the module, in its ``.debug`` directory,
     under each root followed by the module's directory), then the debuglink
     name directly in each root (a flat directory of ``NAME.debug`` files, as
     a build leaves them). A file that is not the module's is passed over.
     """
-    from .symfile import _debug_file
-
-    found = _debug_file(module, roots)
+    found = debug_file_for(module, roots)
     if found is not None or module.debuglink is None:
         return found
     real = os.path.realpath(module.path)

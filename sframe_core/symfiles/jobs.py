@@ -139,7 +139,7 @@ def _expected_seconds(path: str) -> float:
     """How long a worker takes to make ``path``'s symbol file, from the size
     of its code and the split between processes (an estimate, not a bound)."""
     from ..format.elf import read_elf
-    from .symfile import default_jobs, split_min
+    from .workers import default_jobs, split_min
     try:
         elf = read_elf(path)
         found = elf.open()
@@ -171,8 +171,8 @@ def _section(path: str) -> SFrameSection | None:
 
 
 def _splits(path: str) -> bool:
-    """Is the module's symbol file worth splitting between processes (``symfile.split_min``)?"""
-    from .symfile import split_min
+    """Is the module's symbol file worth splitting between processes (``workers.split_min``)?"""
+    from .workers import split_min
 
     found = _section(path)
     return found is not None and found.num_fdes >= split_min(found)
@@ -182,13 +182,14 @@ def symbol_file_now(path: str, *, function_symbols: bool = True, before_entry: b
                     module: ModuleInfo | None = None) -> SymbolFile:
     """``symfile.symbol_file_for``, for an adapter that waits for the file
     (the debugger cannot go on without it): a module large enough to be
-    split between processes (``symfile.split_min``) is made by a worker at
+    split between processes (``workers.split_min``) is made by a worker at
     the debugger's own priority, on every CPU, since a debugger's Python
     cannot fork itself; the rest here, as before. A worker that fails or
     cannot start leaves the module to ``symbol_file_for`` here, which makes
     it or raises what is wrong with it (one line, as always)."""
     from ..format import section as section_module
-    from .symfile import cached_symbol_file, default_jobs, symbol_file_for
+    from .symfile import cached_symbol_file, symbol_file_for
+    from .workers import default_jobs
 
     if section_module.SAVED_REGISTERS and default_jobs() > 1 and _splits(path):
         result = Job(path, lambda result: None, function_symbols=function_symbols,
@@ -573,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.nice:
         _lower_priority(args.nice)
     _few_collections()
-    from .symfile import default_jobs, symbol_file_for
+    from .symfile import symbol_file_for
+    from .workers import default_jobs
     try:
         # A process of its own: a large module's functions go to every CPU.
         made = symbol_file_for(args.path, cache=args.cache, jobs=default_jobs(),

@@ -14,6 +14,12 @@ the one copied, so adding ours never hides the variables, types and line
 tables LLDB or gdb would have used. See docs/dwarf.md for why the ELF is
 written here rather than by objcopy.
 
+This module is the front: what the file copies and adds, and the cache.
+The module's headers are read by ``module_headers``, its debug file found
+by ``debug_files``; the CFI the file carries is ``frames``'s (its FDEs made
+by ``workers``, in-process or split between processes), the ELF bytes
+``elf_writer``'s.
+
 Cache: ``$XDG_CACHE_HOME/sframe-gdb/symbols`` (default ``~/.cache``), one
 file per (build-id, hash of the ``.sframe`` bytes, identity of the copied
 debug file, generator version); written to a temporary file in the same
@@ -25,46 +31,48 @@ cache is bounded (unused for 30 days, over 1 GiB: ``symcache.py``).
 
 from __future__ import annotations
 
-import bisect
 import hashlib
-import io
 import os
 import stat
 import struct
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple
 
-from ..base import settings
-from ..base.abi import AMD64, ARCHES, ELF_MACHINE_NAMES, Arch, arch_for_machine
-from ..base.errors import FileError, FormatError, SFrameError
+from ..base.abi import ARCHES, Arch
+from ..base.errors import FileError
 from ..base.files import SectionHeader as _Section
-from ..base.files import cache_root, notes_build_id
+from ..base.files import (
+    cache_root,
+    file_identity,
+    is_elf,
+    read_within,
+)
 from ..format import saved_registers
-from ..format.elf import ElfSFrame, read_elf
-from ..targets.symbols import DEBUG_ROOTS, SymbolTable
+from ..format.elf import read_elf
+from ..targets.symbols import DEBUG_ROOTS
 from . import cache as symcache
 from . import lock as filelock
+from .debug_files import build_id_path, crc32_of, debug_source, has_debug_information
 from .elfsyms import executable_sections, function_symbols
+from .frames import Frames, fde_ranges, frames_for
+from .module_headers import ModuleInfo, read_module
 
 if TYPE_CHECKING:
-    from ..analysis.parts import Exits
-    from ..dwarf.debug_frame import Encoded, Function
-    from ..format.section import SFrameSection
-    from .analysis_store import AnalysisStore, StoreKept
-
-_T = TypeVar("_T")
+    from .elf_writer import Layout
+    from .workers import Progress
+    pass
 
 # tempfile (with shutil, random and the compressors shutil imports), the
-# .debug_frame writer (with the SFrame decoder) and the module table are
+# ELF and .debug_frame writers (with the SFrame decoder) and the module table are
 # imported where a symbol file is written or generated: a debugger's cache
 # hit, what every warm start-up pays for, needs none of them.
 
+# ModuleInfo, read_module (module_headers), build_id_path and
+# has_debug_information (debug_files) are named here too: callers asking
+# for a symbol file ask for them with it.
 __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_symbol_file",
-           "write_symbol_file", "default_jobs", "PARALLEL_MIN_FDES", "NATIVE_SPLIT_MIN_FDES",
-           "split_min",
-           "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module", "maker_of",
-           "has_debug_information", "writes_debug_frame"]
+           "write_symbol_file", "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module",
+           "maker_of", "has_debug_information", "writes_debug_frame"]
 
 # Bump when the bytes written for the same input change (a fix in dwarf.py):
 # cached files of older generators are then not reused. What each version
@@ -82,12 +90,8 @@ def writes_debug_frame(arch: Arch | None) -> bool:
 _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3
 _SHF_ALLOC = 0x2
-_SHF_COMPRESSED = 0x800
-_ELFCOMPRESS_ZLIB, _CHDR_SIZE = 1, 24
-_PT_LOAD, _PT_NOTE, _PT_PHDR = 1, 4, 6
+_PT_NOTE = 4
 _ET_REL = 1
-_EHDR_SIZE, _PHDR_SIZE, _SHDR_SIZE = 64, 56, 64
-_DEBUG_INFO = (".debug_info", ".zdebug_info")
 
 
 class SymbolFile(NamedTuple):
@@ -107,228 +111,30 @@ class SymbolFile(NamedTuple):
     warning: str | None = None
 
 
-class ModuleInfo(NamedTuple):
-    """An ELF file's headers, read once, bounds-checked against its size."""
-
-    path: str
-    big_endian: bool
-    ident: bytes
-    header: tuple[int, ...]  # e_type .. e_shstrndx, as unpacked
-    phdrs: tuple[tuple[int, ...], ...]
-    sections: tuple[_Section, ...]
-    shstrndx: int
-    size: int
-    build_id: str | None
-    debuglink: tuple[str, int] | None  # (name, crc32)
-
-    @property
-    def elf_type(self) -> int:
-        return self.header[0]
-
-    def section(self, name: str) -> _Section | None:
-        for sec in self.sections:
-            if sec.name == name:
-                return sec
-        return None
-
-    @property
-    def arch(self) -> Arch | None:
-        """The module's ABI, where SFrame defines one for its machine."""
-        return arch_for_machine(ELF_MACHINE_NAMES.get(self.header[1], ""), self.big_endian)
-
-    @property
-    def has_debug_info(self) -> bool:
-        return any(sec.name in _DEBUG_INFO and sec.type != _SHT_NOBITS and sec.size
-                   for sec in self.sections)
-
-
-def _read_at(stream: BinaryIO, offset: int, size: int, limit: int, what: str, path: str) -> bytes:
-    if offset < 0 or size < 0 or offset + size > limit:
-        raise FileError(f"{path}: malformed ELF file: {what} lies outside the file")
-    stream.seek(offset)
-    data = stream.read(size)
-    if len(data) != size:
-        raise FileError(f"{path}: malformed ELF file: {what} is truncated")
-    return data
-
-
-def read_module(path: str) -> ModuleInfo:
-    """The headers of ``path`` (a 64-bit ELF file) and its build-id and debuglink.
-
-    :raises FileError: not readable, not a 64-bit ELF file, or malformed.
-    """
-    try:
-        with open(path, "rb") as stream:
-            size = os.fstat(stream.fileno()).st_size
-            ident = stream.read(16)
-            if len(ident) < 16 or ident[:4] != b"\x7fELF":
-                raise FileError(f"{path}: not an ELF file")
-            if ident[4] != 2:
-                raise FileError(f"{path}: not a 64-bit ELF file")
-            if ident[5] not in (1, 2):
-                raise FileError(f"{path}: malformed ELF file: bad data encoding {ident[5]}")
-            endian = ">" if ident[5] == 2 else "<"
-            raw = _read_at(stream, 16, _EHDR_SIZE - 16, size, "the ELF header", path)
-            header = struct.unpack(endian + "HHIQQQIHHHHHH", raw)
-            (_etype, _machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize,
-             phnum, shentsize, shnum, shstrndx) = header
-            phdrs: list[tuple[int, ...]] = []
-            if phnum:
-                if phentsize != _PHDR_SIZE:
-                    raise FileError(f"{path}: malformed ELF file: program header size {phentsize}")
-                table = _read_at(stream, phoff, phnum * _PHDR_SIZE, size, "the program headers",
-                                 path)
-                phdrs = [struct.unpack_from(endian + "IIQQQQQQ", table, i * _PHDR_SIZE)
-                         for i in range(phnum)]
-            rows: list[tuple[int, ...]] = []
-            if shoff:
-                if shentsize != _SHDR_SIZE:
-                    raise FileError(f"{path}: malformed ELF file: section header size {shentsize}")
-                first = struct.unpack(endian + "IIQQQQIIQQ",
-                                      _read_at(stream, shoff, _SHDR_SIZE, size,
-                                               "the section headers", path))
-                if shnum == 0:
-                    shnum = first[5]  # extended numbering: the count is in section 0
-                if shstrndx == 0xFFFF:
-                    shstrndx = first[6]
-                table = _read_at(stream, shoff, shnum * _SHDR_SIZE, size, "the section headers",
-                                 path)
-                rows = [struct.unpack_from(endian + "IIQQQQIIQQ", table, i * _SHDR_SIZE)
-                        for i in range(shnum)]
-            names = b""
-            if rows:
-                if not 0 < shstrndx < len(rows):
-                    raise FileError(f"{path}: malformed ELF file: no section name table")
-                strtab = rows[shstrndx]
-                names = _read_at(stream, strtab[4], strtab[5], size, "the section name table", path)
-            sections = []
-            for row in rows:
-                end = names.find(b"\0", row[0])
-                name = names[row[0]:end if end >= 0 else len(names)].decode("utf-8", "replace")
-                sec = _Section(name, row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
-                               row[9], row[0])
-                if sec.type not in (_SHT_NOBITS, _SHT_NULL) and sec.offset + sec.size > size:
-                    raise FileError(f"{path}: malformed ELF file: section {name} lies outside "
-                                    "the file")
-                sections.append(sec)
-            build_id = None
-            for sec in sections:
-                if sec.type == _SHT_NOTE and sec.size <= 1 << 20:
-                    build_id = notes_build_id(
-                        _read_at(stream, sec.offset, sec.size, size, sec.name, path), endian)
-                    if build_id:
-                        break
-            if build_id is None and not sections:
-                for ph in phdrs:
-                    if ph[0] == _PT_NOTE and ph[5] <= 1 << 20:
-                        build_id = notes_build_id(
-                            _read_at(stream, ph[2], ph[5], size, "a PT_NOTE segment", path), endian)
-                        if build_id:
-                            break
-            debuglink = None
-            for sec in sections:
-                if sec.name == ".gnu_debuglink" and 8 <= sec.size <= 4096:
-                    data = _read_at(stream, sec.offset, sec.size, size, sec.name, path)
-                    name_end = data.find(b"\0")
-                    if name_end > 0 and len(data) >= ((name_end + 4) & ~3) + 4:
-                        (crc,) = struct.unpack_from(endian + "I", data, (name_end + 4) & ~3)
-                        debuglink = (os.fsdecode(data[:name_end]), crc)
-    except OSError as exc:
-        raise FileError(f"{path}: {exc.strerror or exc}") from None
-    return ModuleInfo(path, endian == ">", ident, header, tuple(phdrs), tuple(sections),
-                      shstrndx, size, build_id, debuglink)
-
-
-def build_id_path(root: str, build_id: str) -> str:
-    """Where gdb, elfutils and LLDB look for a debug file by build-id under ``root``."""
-    return os.path.join(root, ".build-id", build_id[:2], build_id[2:] + ".debug")
-
-
-def _crc32(path: str) -> int | None:
-    crc = 0
-    try:
-        with open(path, "rb") as stream:
-            while chunk := stream.read(1 << 20):
-                crc = zlib.crc32(chunk, crc)
-    except OSError:
-        return None
-    return crc & 0xFFFFFFFF
-
-
-def _debug_file(module: ModuleInfo, debug_roots: Sequence[str]) -> ModuleInfo | None:
-    """The separate debug file gdb and LLDB would use for ``module``, if any.
-
-    By build-id under each root first, then by ``.gnu_debuglink`` beside the
-    module, in its ``.debug`` directory and under each root (gdb's order).
-    A candidate whose build-id (or, without one, CRC) does not match is not
-    the module's and is skipped.
-    """
-    candidates: list[str] = []
-    if module.build_id and len(module.build_id) > 2:
-        candidates += [build_id_path(root, module.build_id) for root in debug_roots]
-    if module.debuglink is not None:
-        here = os.path.dirname(os.path.realpath(module.path))
-        name = module.debuglink[0]
-        candidates += [os.path.join(here, name), os.path.join(here, ".debug", name)]
-        candidates += [os.path.join(root + here, name) for root in debug_roots]
-    real = os.path.realpath(module.path)
-    for candidate in candidates:
-        if not os.path.isfile(candidate) or os.path.realpath(candidate) == real:
-            continue
-        try:
-            info = read_module(candidate)
-        except FileError:
-            continue
-        if not info.has_debug_info:
-            continue
-        if module.build_id:
-            if info.build_id != module.build_id:
-                continue
-        elif module.debuglink is None or _crc32(candidate) != module.debuglink[1]:
-            continue
-        return info
-    return None
-
-
-def _debug_source(module: ModuleInfo, debug_roots: Sequence[str]) -> ModuleInfo | None:
-    if module.has_debug_info:
-        return module
-    return _debug_file(module, debug_roots)
-
-
-def has_debug_information(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS) -> bool:
-    """Does a debugger find debug information for ``path`` (its own or a separate
-    file)? It decides whether a debugger that keeps types it read before a
-    symbol file is added may take the file late."""
-    return _debug_source(read_module(path), debug_roots) is not None
-
 
 # -- writing ------------------------------------------------------------------------
 
 
-def _align(value: int, alignment: int) -> int:
-    alignment = max(alignment, 1)
-    return (value + alignment - 1) // alignment * alignment
-
-
-def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frames: _Frames,
-           debuglink: bytes | None = None, symbols: bool = True) -> None:
-    """Write the symbol file: ``base``'s sections (the module, or its debug file)
-    as ``objcopy --only-keep-debug`` keeps them, plus ``frames`` as ``.debug_frame``
-    and (when there is one) a non-allocated ``.eh_frame`` at address 0, and
-    ``debuglink`` as ``.gnu_debuglink`` (see ``_debuglink``).
+def _layout(module: ModuleInfo, base: ModuleInfo, frames: Frames,
+            debuglink: bytes | None = None, symbols: bool = True) -> Layout:
+    """What the symbol file holds, for ``elf_writer``: ``base``'s sections (the
+    module, or its debug file) as ``objcopy --only-keep-debug`` keeps them,
+    plus ``frames`` as ``.debug_frame`` and (when there is one) a
+    non-allocated ``.eh_frame`` at address 0, and ``debuglink`` as
+    ``.gnu_debuglink`` (see ``_debuglink``).
 
     The ELF and program headers are the module's, so the file describes the
-    same layout; segments hold no bytes except notes.
+    same layout.
     """
-    endian = ">" if module.big_endian else "<"
+    from .elf_writer import Layout, Section
+
     src = base
     sections = list(src.sections)
     names = b""
     if sections:
         strtab = sections[src.shstrndx]
         with open(src.path, "rb") as stream:
-            names = _read_at(stream, strtab.offset, strtab.size, src.size, ".shstrtab", src.path)
+            names = read_within(stream, strtab.offset, strtab.size, src.size, ".shstrtab", src.path)
     if not sections:
         # Section headers stripped (PT_GNU_SFRAME found through the program
         # headers): a null section, the notes as sections, the name table.
@@ -390,94 +196,42 @@ def _write(out: BinaryIO, module: ModuleInfo, base: ModuleInfo, frames: _Frames,
         provide(".gnu_debuglink", debuglink, 4)
     own[shstrndx] = names
 
-    phdrs = module.phdrs
-    pos = _EHDR_SIZE + len(phdrs) * _PHDR_SIZE
-    out.seek(pos)
-    placed: list[tuple[int, int, int, int]] = []  # (type, offset, size, index)
-    note_at: dict[int, int] = {}  # address -> new offset of an allocated note
-    with open(src.path, "rb") as stream:
-        for index, sec in enumerate(sections):
-            if index == 0:
-                placed.append((_SHT_NULL, 0, 0, 0))
-                continue
-            data = own.get(index)
-            if data is None and (sec.type in (_SHT_NOBITS, _SHT_NULL)
-                                 or (sec.flags & _SHF_ALLOC and sec.type != _SHT_NOTE)):
-                placed.append((_SHT_NOBITS if sec.type != _SHT_NULL else _SHT_NULL, pos, sec.size,
-                               index))
-                continue
-            pos = _align(pos, sec.align)
-            out.seek(pos)
-            if data is not None:
-                out.write(data)
-                size = len(data)
-            else:
-                size = sec.size
-                stream.seek(sec.offset)
-                left = size
-                while left:
-                    chunk = stream.read(min(left, 1 << 20))
-                    if not chunk:
-                        raise FileError(f"{src.path}: section {sec.name} is truncated")
-                    out.write(chunk)
-                    left -= len(chunk)
-            if sec.type == _SHT_NOTE and sec.flags & _SHF_ALLOC:
-                note_at[sec.addr] = pos
-            placed.append((sec.type, pos, size, index))
-            pos += size
-    shoff = _align(pos, 8)
-    out.seek(shoff)
-    table = bytearray()
-    for (stype, offset, size, index), sec in zip(placed, sections, strict=True):
+    copied: list[Section] = []
+    for index, sec in enumerate(sections):
+        data = own.get(index)
         if index == 0:
-            table += bytes(_SHDR_SIZE)
-            continue
-        table += struct.pack(endian + "IIQQQQIIQQ", sec.name_offset, stype, sec.flags, sec.addr,
-                             offset, size, sec.link, sec.info, sec.align, sec.entsize)
-    out.write(table)
-    file_end = shoff + len(table)
-    out.seek(_EHDR_SIZE)
-    for ph in phdrs:
-        ptype, flags, offset, vaddr, paddr, filesz, memsz, palign = ph
-        if ptype == _PT_NOTE and vaddr in note_at:
-            offset = note_at[vaddr]
-        elif ptype == _PT_PHDR or (ptype == _PT_LOAD and offset == 0 and filesz):
-            # The headers are where they were: the first segment still maps them.
-            headers = _EHDR_SIZE + len(phdrs) * _PHDR_SIZE
-            offset, filesz = (_EHDR_SIZE, headers - _EHDR_SIZE) if ptype == _PT_PHDR \
-                else (0, min(filesz, headers))
+            copied.append(Section(sec))
+        elif data is None and (sec.type in (_SHT_NOBITS, _SHT_NULL)
+                               or (sec.flags & _SHF_ALLOC and sec.type != _SHT_NOTE)):
+            copied.append(Section(sec._replace(
+                type=_SHT_NOBITS if sec.type != _SHT_NULL else _SHT_NULL)))
         else:
-            # As objcopy: the segment keeps its addresses and sizes in memory
-            # but no bytes; the offset stays congruent to the address when
-            # that is inside the file (readers check offsets against the size).
-            congruent = vaddr % palign if ptype == _PT_LOAD and palign else 0
-            offset, filesz = (congruent if congruent <= file_end else 0), 0
-        out.write(struct.pack(endian + "IIQQQQQQ", ptype, flags, offset, vaddr, paddr, filesz,
-                              memsz, palign))
-    (etype, machine, version, entry, _phoff, _shoff, eflags, _ehsize, _phentsize, _phnum,
-     _shentsize, _shnum, _shstrndx) = module.header
-    shnum = len(sections)
-    out.seek(0)
-    out.write(module.ident)
-    out.write(struct.pack(endian + "HHIQQQIHHHHHH", etype, machine, version, entry,
-                          _EHDR_SIZE if phdrs else 0, shoff, eflags, _EHDR_SIZE,
-                          _PHDR_SIZE if phdrs else 0, len(phdrs), _SHDR_SIZE,
-                          shnum if shnum < 0xFF00 else 0,
-                          shstrndx if shstrndx < 0xFF00 else 0xFFFF))
-    if shnum >= 0xFF00 or shstrndx >= 0xFF00:
-        # Extended numbering: the real count and index live in section 0.
-        out.seek(shoff)
-        out.write(struct.pack(endian + "IIQQQQIIQQ", 0, 0, 0, 0, 0,
-                              shnum if shnum >= 0xFF00 else 0,
-                              shstrndx if shstrndx >= 0xFF00 else 0, 0, 0, 0))
+            copied.append(Section(sec, _chunks(src.path, sec) if data is None else data))
+    return Layout(module.ident, module.header, module.phdrs, copied, shstrndx)
+
+
+def _chunks(path: str, sec: _Section) -> Callable[[], Iterator[bytes]]:
+    """A copied section's bytes, read a MiB at a time as the file is written
+    (a separate debug file's sections can be gigabytes)."""
+    def read() -> Iterator[bytes]:
+        with open(path, "rb") as stream:
+            stream.seek(sec.offset)
+            left = sec.size
+            while left:
+                chunk = stream.read(min(left, 1 << 20))
+                if not chunk:
+                    raise FileError(f"{path}: section {sec.name} is truncated")
+                yield chunk
+                left -= len(chunk)
+    return read
 
 
 def _provide_function_symbols(sections: list[_Section], frame: bytes, big_endian: bool,
                               provide: Callable[[str, bytes, int], None],
                               gap: int | None = None) -> None:
     """A stripped module: one function symbol per FDE, which LLDB needs (see
-    ``elfsyms``); the FDE at ``gap`` gets the unnamed one (``_before_entry``)."""
-    spans = _fde_ranges(frame, big_endian) or []
+    ``elfsyms``); the FDE at ``gap`` gets the unnamed one (``frames._before_entry``)."""
+    spans = fde_ranges(frame, big_endian) or []
     made = function_symbols([(start, end - start) for start, end in spans if start != gap],
                             executable_sections(sections), big_endian)
     if made is None:
@@ -520,21 +274,23 @@ def _with_gap_symbol(symtab: bytes, strtab: bytes, locals_: int, sections: list[
 
 def _provide_gap_symbol(sections: list[_Section], src: ModuleInfo, big_endian: bool,
                         provide: Callable[[str, bytes, int], None], gap: int) -> None:
-    """The copied symbol table with the unnamed symbol at ``gap`` (``_before_entry``)."""
+    """The copied symbol table with the unnamed symbol at ``gap`` (``frames._before_entry``)."""
     index = next((i for i, sec in enumerate(sections) if i and sec.type == _SHT_SYMTAB), None)
     if index is None:
         return
     symsec = sections[index]
     strsec = sections[symsec.link]
     with open(src.path, "rb") as stream:
-        symtab = _read_at(stream, symsec.offset, symsec.size, src.size, symsec.name, src.path)
-        strtab = _read_at(stream, strsec.offset, strsec.size, src.size, strsec.name, src.path)
+        symtab = read_within(stream, symsec.offset, symsec.size, src.size, symsec.name, src.path)
+        strtab = read_within(stream, strsec.offset, strsec.size, src.size, strsec.name, src.path)
     symtab, strtab, count = _with_gap_symbol(symtab, strtab, symsec.info, sections, big_endian,
                                              gap)
     _set_symbols(sections, provide, symsec.name, strsec.name, symtab, strtab, count)
 
 
-class _Plan(NamedTuple):
+class Plan(NamedTuple):
+    """What a symbol file is made from, and what its cache key hashes."""
+
     module: ModuleInfo
     base: ModuleInfo
     sframe: bytes
@@ -542,10 +298,10 @@ class _Plan(NamedTuple):
     # information: LLDB needs them (elfsyms); gdb does not (it would show the
     # names where the twin shows "??", and has the debug information).
     symbols: bool = True
-    before_entry: bool = False  # LLDB 21's file (``_before_entry``)
+    before_entry: bool = False  # LLDB 21's file (``frames._before_entry``)
 
 
-def _debuglink(plan: _Plan) -> bytes | None:
+def _debuglink(plan: Plan) -> bytes | None:
     """The ``.gnu_debuglink`` the symbol file needs so LLDB matches it to a
     module without build-id, or None.
 
@@ -563,7 +319,7 @@ def _debuglink(plan: _Plan) -> bytes | None:
     if module.debuglink is not None:
         name, crc = module.debuglink
     else:
-        whole = _crc32(module.path)
+        whole = crc32_of(module.path)
         if whole is None:
             return None
         name, crc = f"{os.path.basename(module.path)}.sframe-gdb", whole
@@ -573,14 +329,14 @@ def _debuglink(plan: _Plan) -> bytes | None:
 
 
 def _plan(path: str, debug_roots: Sequence[str], symbols: bool = True,
-          before_entry: bool = False, module: ModuleInfo | None = None) -> _Plan:
+          before_entry: bool = False, module: ModuleInfo | None = None) -> Plan:
     if module is None or module.path != path:
         module = read_module(path)
     if module.elf_type == _ET_REL:
         raise FileError(f"{path}: a relocatable object (.o): symbol files are made for linked "
                         "executables and libraries")
-    base = _debug_source(module, debug_roots) or module
-    return _Plan(module, base, _sframe_bytes(module), symbols, symbols and before_entry)
+    base = debug_source(module, debug_roots) or module
+    return Plan(module, base, _sframe_bytes(module), symbols, symbols and before_entry)
 
 
 def _sframe_bytes(module: ModuleInfo) -> bytes:
@@ -591,7 +347,7 @@ def _sframe_bytes(module: ModuleInfo) -> bytes:
     if sec is not None and sec.type != _SHT_NOBITS and sec.size:
         try:
             with open(module.path, "rb") as stream:
-                return _read_at(stream, sec.offset, sec.size, module.size, ".sframe", module.path)
+                return read_within(stream, sec.offset, sec.size, module.size, ".sframe", module.path)
         except OSError as exc:
             raise FileError(f"{module.path}: {exc.strerror or exc}") from None
     info = read_elf(module.path)
@@ -600,437 +356,19 @@ def _sframe_bytes(module: ModuleInfo) -> bytes:
     return info.data
 
 
-def _existing_frame(base: ModuleInfo) -> bytes:
-    """The compiler's own ``.debug_frame`` in the copied sections, if any
-    (uncompressed: a separate debug file's sections usually are compressed)."""
-    sec = base.section(".debug_frame")
-    if sec is None or sec.type == _SHT_NOBITS or not sec.size:
-        return b""
-    try:
-        with open(base.path, "rb") as stream:
-            data = _read_at(stream, sec.offset, sec.size, base.size, ".debug_frame", base.path)
-    except OSError as exc:
-        raise FileError(f"{base.path}: {exc.strerror or exc}") from None
-    return _uncompressed(data, base.big_endian) if sec.flags & _SHF_COMPRESSED else data
 
 
-def _uncompressed(data: bytes, big_endian: bool) -> bytes:
-    """An ``SHF_COMPRESSED`` section's bytes, or b"" when they cannot be read
-    (not zlib, corrupt): the caller then treats the section as unreadable."""
-    if len(data) < _CHDR_SIZE:
-        return b""
-    kind, _reserved, size, _align = struct.unpack_from((">" if big_endian else "<") + "IIQQ", data)
-    if kind != _ELFCOMPRESS_ZLIB:
-        return b""  # zstd: not in Python's standard library before 3.14
-    try:
-        out = zlib.decompressobj()
-        raw = out.decompress(data[_CHDR_SIZE:], size + 1)
-    except zlib.error:
-        return b""
-    return raw if len(raw) == size else b""
-
-
-def _fde_ranges(data: bytes, big_endian: bool) -> list[tuple[int, int]] | None:
-    """The address ranges a ``.debug_frame``'s FDEs cover, or None if unreadable."""
-    from elftools.dwarf.callframe import FDE, CallFrameInfo
-    from elftools.dwarf.structs import DWARFStructs
-
-    from ..base.errors import foreign_errors
-
-    structs = DWARFStructs(little_endian=not big_endian, dwarf_format=32, address_size=8)
-    try:
-        entries = CallFrameInfo(io.BytesIO(data), len(data), 0, structs,
-                                for_eh_frame=False).get_entries()
-        return sorted((e.header["initial_location"],
-                       e.header["initial_location"] + e.header["address_range"])
-                      for e in entries if isinstance(e, FDE))
-    except foreign_errors():
-        return None
-
-
-def _covers(ranges: list[tuple[int, int]], starts: list[int], address: int) -> bool:
-    pos = bisect.bisect_right(starts, address) - 1
-    return any(lo <= address < hi for lo, hi in ranges[max(pos - 8, 0):pos + 1])
-
-
-class _Frames(NamedTuple):
-    """The CFI a symbol file carries."""
-
-    debug: bytes  # .debug_frame
-    eh: bytes = b""  # .eh_frame at address 0 (``_entry_eh_frame``), or none
-    gap: int | None = None  # the byte before e_entry, given an FDE here (``_before_entry``)
-
-
-def _store(section: SFrameSection, store_file: str | None) -> AnalysisStore | None:
-    """The analysis results kept for the module (``analysis_store``), attached
-    to ``section``; None when none are kept (turned off, a small module, no
-    saved-register analysis)."""
-    from . import analysis_store
-
-    if store_file is None or not section.saves_registers \
-            or section.num_fdes < analysis_store.MIN_FDES \
-            or not analysis_store.enabled():
-        return None
-    from ..analysis.section import analysis_of
-
-    store = analysis_store.AnalysisStore.load(store_file, f"sframe-gdb symbol file {GENERATOR}")
-    analysis_of(section).store = store  # an AnalysisStore is a ResultStore
-    return store
-
-
-# Told how far the FDEs are (done, of): a worker's progress, for the
-# debugger deciding whether to wait for it (``jobs.Job.remaining``).
-Progress = Callable[[int, int], None]
-# FDEs between two reports in-process (parts report as they come back).
-_PROGRESS_FDES = 64
-
-
-def _reporting(items: Iterable[_T], total: int, progress: Progress | None) -> Iterator[_T]:
-    """``items`` (one per FDE, in order), telling ``progress`` every ``_PROGRESS_FDES``."""
-    if progress is None:
-        yield from items
-        return
-    for done, item in enumerate(items, 1):
-        yield item
-        if done % _PROGRESS_FDES == 0 and done < total:
-            progress(done, total)
-
-
-def _frame(plan: _Plan, jobs: int = 1, store_file: str | None = None,
-           progress: Progress | None = None) -> _Frames:
-    """The symbol file's ``.debug_frame``: the SFrame functions as FDEs (and
-    its ``.eh_frame``: ``_entry_eh_frame``).
-
-    A compiler's own ``.debug_frame`` (``-g -fno-asynchronous-unwind-tables``,
-    in the module or its debug file) knows more than SFrame (callee-saved
-    registers): it is kept whole, and FDEs are added only for functions it
-    does not cover. ``jobs`` > 1: the FDEs are made by up to that many worker
-    processes (``_parallel``), the same bytes. The parts of functions entered
-    by jumps (gcc's ``NAME.cold``) are made again once every function's
-    branches are known (``_with_parts``). ``store_file``: where the
-    analysis results of the module's last build are kept (``analysis_store``):
-    read before, written after; the same bytes with it or without.
-    ``progress``: told how many FDEs are done as they are (0 as their work begins).
-    """
-    from ..analysis.section import SectionAnalysis
-    from ..dwarf.debug_frame import assemble, encoded, entry_function
-    from ..targets.modules import Module
-
-    path = plan.module.path
-    info = read_elf(path)
-    section = info.open(whole=True, analyser=SectionAnalysis)
-    if section is None:
-        raise FileError(f"{path}: no .sframe section")
-    store = _store(section, store_file)
-    existing = _existing_frame(plan.base)
-    covered = _fde_ranges(existing, plan.base.big_endian) if existing else []
-    if covered is None:
-        existing, covered = b"", []  # unreadable: replaced by ours whole
-    try:
-        # debug_frame decodes every FDE and FRE, with the checks lookups make.
-        extra = []
-        # As the gdb adapter does: only amd64's _start is known to be the
-        # short, FDE-less entry function everywhere.
-        if section.arch.abi_id == AMD64.abi_id:
-            span = Module(path, 0, (), elf=info).entry_function()
-            if span is not None:
-                extra.append(entry_function(*span))
-        arch = section.arch
-        eh = _entry_eh_frame(plan, info, section, extra)
-        gap = _before_entry(plan, info, section, covered) if eh else None
-        if gap is not None:
-            extra.append(entry_function(gap, gap + 1))
-        if progress is not None:
-            progress(0, section.num_fdes)  # the FDEs' work begins: its pace is timed from here
-        if jobs > 1 and section.num_fdes >= split_min(section):
-            items, exits = _parallel(path, section, covered, jobs, store, progress)
-        else:
-            items, exits = _encode_fdes(section, range(section.num_fdes), covered, progress)
-        if info.elf_type in ("ET_EXEC", "ET_DYN"):  # a .o's sections all start at 0
-            items = _with_parts(section, exits, items, covered,
-                                {addr for _, addr, _ in executable_sections(plan.module.sections)})
-        items.extend(encoded(_uncovered(extra, covered), arch))
-        if store is not None:
-            store.save()
-        return _Frames(existing + assemble(items, arch, offset=len(existing)), eh, gap)
-    except FormatError as exc:
-        text = str(exc)
-        raise FormatError(text if text.startswith(f"{path}:") else f"{path}: .sframe: {text}"
-                          ) from None
-
-
-def _with_parts(section: SFrameSection, exits: Exits, items: list[Encoded],
-                covered: list[tuple[int, int]], section_starts: set[int]) -> list[Encoded]:
-    """``items`` with the FDEs of the parts entered by jumps (gcc's ``NAME.cold``)
-    made again, with the rules the module's branches into them prove
-    (``analysis/parts.py``): a second pass, once every function's exits are known."""
-    from ..analysis.parts import entries
-    from ..analysis.section import analysis_of
-    from ..dwarf.debug_frame import encoded, functions
-
-    found = entries(section, exits, section_starts)
-    if not found:
-        return items
-    analysis_of(section).enter_parts(found)
-    again: dict[tuple[int, int], Encoded] = {}
-    for start in sorted(found):
-        fde = section.find_fde(start)
-        if fde is None:
-            continue
-        for item in encoded(_uncovered(functions(section, fdes=range(fde.index, fde.index + 1)),
-                                       covered), section.arch):
-            again[(item.start, item.end)] = item
-    return [again.get((item.start, item.end), item) for item in items]
-
-
-def _entry_eh_frame(plan: _Plan, info: ElfSFrame, section: SFrameSection,
-                    extra: list[Function]) -> bytes:
-    """LLDB's file: an ``.eh_frame`` with the FDE of the function at ``e_entry``.
-
-    LLDB unwinds a frame whose pc no symbol covers with ``.eh_frame`` alone
-    (``RegisterContextUnwind``: no function, no ``.debug_frame``). An
-    expression call (``expr -i false -- f(2)``) returns to the entry point,
-    whose pc - 1 is before ``_start``: without this, a ``bt`` stopped inside
-    the call ended at ``$__lldb_expr``, where LLDB on the ``.eh_frame`` twin
-    shows the frame at the entry point. The FDE is the SFrame one covering
-    ``e_entry``, else amd64's FDE-less ``_start`` (``extra``). Only where the
-    module has no ``.eh_frame`` of its own (one in ours could stand in for
-    it), and not in gdb's file, which needs none.
-    """
-    if not plan.symbols or info.has_eh_frame or not info.entry \
-            or info.elf_type not in ("ET_EXEC", "ET_DYN"):
-        return b""
-    from ..dwarf.debug_frame import eh_frame, functions
-
-    fde = section.find_fde(info.entry)
-    funcs = extra
-    if fde is not None:
-        funcs = [f for f in functions(section, fdes=range(fde.index, fde.index + 1))
-                 if f.start <= info.entry < f.end]
-    if not funcs:
-        return b""
-    return eh_frame(funcs, section.arch)
-
-
-def _before_entry(plan: _Plan, info: ElfSFrame, section: SFrameSection,
-                  covered: list[tuple[int, int]]) -> int | None:
-    """LLDB 21's file: the byte before ``e_entry``, to get an unnamed one-byte
-    function symbol and an FDE with the entry function's rule; or None.
-
-    LLDB 21 takes no ``.eh_frame`` from a symbol file (its ``SymbolVendorELF``
-    merges only the ``.debug_*`` sections and the symbol table into the
-    module), and ``RegisterContextUnwind`` looks a caller's pc up at pc - 1:
-    when no symbol holds that, ``GetFullUnwindPlanForFrame`` asks no
-    ``FuncUnwinders`` (so no ``.debug_frame``), only the module's own
-    ``.eh_frame``, and falls back to the architecture's default plan. An
-    expression call returns to the entry point, whose pc - 1 is the padding
-    before ``_start``: the default plan (CFA = rbp + 16) fails there and the
-    frame at the entry point, which LLDB on the twin shows, was dropped. A
-    symbol there makes pc - 1 resolve, its FDE gives the frame a CFA and an
-    undefined RA, and with no name LLDB 21 shows the frame as the twin does
-    (module, no function). Only where nothing covers that byte already (a
-    function ending at ``e_entry`` is the twin's frame as it is), and not for
-    LLDB 22 and 23, which read the ``.eh_frame`` and show an empty name as
-    ``module```.
-    """
-    gap = info.entry - 1
-    if not plan.before_entry or section.find_fde(gap) is not None \
-            or _covers(covered, [start for start, _ in covered], gap) \
-            or not any(addr <= gap < addr + size
-                       for _, addr, size in executable_sections(plan.base.sections)):
-        return None
-    if plan.base.section(".symtab") is None:
-        if plan.base.section(".debug_info") is not None:
-            return None  # no symbol table to add to (nor one made: a stripped module's)
-    elif SymbolTable.from_file(plan.base.path, ()).lookup(gap) is not None:
-        return None
-    return gap
-
-
-def _uncovered(funcs: Iterable[Function], covered: list[tuple[int, int]]) -> Iterable[Function]:
-    """``funcs`` but those a compiler's own ``.debug_frame`` covers already."""
-    if not covered:
-        return funcs
-    starts = [start for start, _ in covered]
-    return (f for f in funcs if not _covers(covered, starts, f.start))
-
-
-# -- worker processes ---------------------------------------------------------------
-
-# Below this many FDEs a module is done in-process: forked workers (each
-# with a cold decoder memo) would cost about what they save (figures:
-# docs/dwarf.md, "Cost").
-PARALLEL_MIN_FDES = 512
-# The same where the C makes the FDEs (``native_fdes``): starting the
-# workers, reading the module in each and sending the FDEs back costs about
-# 0.1 s, and each worker learns the module's encodings again (``amd64.c``'s
-# memo), against about 10 us per function made.
-NATIVE_SPLIT_MIN_FDES = 16384
-# The line a session splits from, if set (tests send a small program to
-# workers with it, as ``jobs.FOREGROUND_ENV`` does for the worker itself).
-SPLIT_ENV = "SFRAME_SPLIT_MIN_FDES"
-# FDEs per part handed to a worker (at least; parts are jobs * 4 for balance).
-_PART_MIN = 128
-
-
-def split_min(section: SFrameSection) -> int:
-    """From how many FDEs on ``section``'s symbol file is worth splitting
-    between processes (``PARALLEL_MIN_FDES``, ``NATIVE_SPLIT_MIN_FDES``)."""
-    from .native_fdes import serves
-
-    given = settings.number(SPLIT_ENV)
-    if given is not None:
-        return int(given)
-    return max(PARALLEL_MIN_FDES, NATIVE_SPLIT_MIN_FDES if serves(section) else 0)
-
-
-def default_jobs() -> int:
-    """Worker processes for a whole module: the CPUs this process may use, at most 8."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, 8))
-
-
-def _encode_part(path: str, fdes: range, covered: list[tuple[int, int]], saved: bool,
-                 store_file: str | None = None,
-                 ) -> tuple[list[Encoded], Exits, StoreKept] | None:
-    """A worker's share: the FDEs of ``fdes`` encoded, with their branches out
-    (``parts.Exits``) and the analysis results it used and made
-    (``store_file``: the kept ones it reads), or None when one of them is
-    corrupt (the parent then does the part itself, to raise what it says)."""
-    try:
-        section = _worker_section(path, saved)
-        if section is None:
-            return None
-        store = _store(section, store_file)
-        items, exits = _encode_fdes(section, fdes, covered)
-        return items, exits, (({}, {}, {}) if store is None else store.kept())
-    except SFrameError:
-        return None
-
-
-# The module a worker process was last handed a part of, opened once for
-# all its parts: (realpath, size, mtime, saved-register switch) -> section.
-_worker_module: dict[tuple[bytes, bool], SFrameSection | None] = {}
-
-
-def _worker_section(path: str, saved: bool) -> SFrameSection | None:
-    """``path``'s section, read whole (``open(whole=True)``), for a worker's part."""
-    from ..analysis.section import SectionAnalysis, analysis_of
-
-    key = (_identity(path), saved)
-    if key not in _worker_module:
-        _worker_module.clear()
-        section = read_elf(path).open(whole=True, analyser=SectionAnalysis)
-        if section is not None:
-            section.saved_registers = saved
-        _worker_module[key] = section
-    section = _worker_module[key]
-    if section is not None:
-        analysis_of(section).store = None  # each part attaches the store it reads
-    return section
-
-
-def _encode_fdes(section: SFrameSection, fdes: range, covered: list[tuple[int, int]],
-                 progress: Progress | None = None) -> tuple[list[Encoded], Exits]:
-    """The FDEs of ``fdes`` encoded, in order, and their branches out: made
-    in C where it was built (``native_fdes``), the Python making those it
-    declines, else all by the Python; the same bytes either way."""
-    from ..analysis.parts import Collector
-    from ..dwarf.debug_frame import encoded, functions
-    from .native_fdes import fdes_maker
-
-    collector = Collector(section)
-    make = fdes_maker(section)
-    if make is None:
-        made = _reporting(functions(section, collector.rows, fdes=fdes), len(fdes), progress)
-        return list(encoded(_uncovered(made, covered), section.arch)), collector.exits
-    items: list[Encoded] = []
-    starts = [start for start, _ in covered]
-    for lo in range(fdes.start, fdes.stop, _PROGRESS_FDES):
-        chunk = range(lo, min(lo + _PROGRESS_FDES, fdes.stop))
-        for index, answer in zip(chunk, make(chunk), strict=True):
-            if answer is None:  # declined: the Python's, with its errors
-                items.extend(encoded(_uncovered(functions(section, collector.rows,
-                                                          fdes=range(index, index + 1)), covered),
-                                     section.arch))
-                continue
-            item, analysis = answer
-            if analysis is not None:
-                collector.add(section.get_fde(index), analysis)
-            if item is not None and not (covered and _covers(covered, starts, item.start)):
-                items.append(item)
-        if progress is not None and chunk.stop - fdes.start < len(fdes):
-            progress(chunk.stop - fdes.start, len(fdes))
-    return items, collector.exits
-
-
-def _parallel(path: str, section: SFrameSection, covered: list[tuple[int, int]],
-              jobs: int, store: AnalysisStore | None = None,
-              progress: Progress | None = None) -> tuple[list[Encoded], Exits]:
-    """Every FDE of ``section`` encoded by worker processes, in FDE order, and
-    their branches out (merged: the parent makes the parts entered by jumps
-    again itself, ``_with_parts``, as in-process).
-
-    Each worker opens the module itself and makes the rows of its FDEs as the
-    in-process path does (the saved-register switch passed explicitly, since
-    a spawned worker does not inherit it), so the bytes are the same; a part
-    that fails, or workers that cannot start (no ``fork``/``spawn``, an
-    embedded interpreter whose ``sys.executable`` is not Python), are done
-    in-process, where a corrupt FDE raises the error it always raised (the
-    first part in order that fails holds the first bad FDE).
-    """
-    import multiprocessing
-    import threading
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
-    from ..analysis.parts import Exits, merge
-
-    count = section.num_fdes
-    size = max(_PART_MIN, -(-count // (jobs * 4)))
-    parts = [range(lo, min(lo + size, count)) for lo in range(0, count, size)]
-    saved = section.saves_registers
-    # fork when nothing else runs in this process (the command line): no
-    # re-import per worker; else spawn, which is safe with threads.
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() \
-        and threading.active_count() == 1 else "spawn"
-    results: list[tuple[list[Encoded], Exits, StoreKept] | None] = []
-    store_file = None if store is None else store.path
-    try:
-        with ProcessPoolExecutor(min(jobs, len(parts)),
-                                 mp_context=multiprocessing.get_context(method)) as pool:
-            for result in pool.map(_encode_part, [path] * len(parts), parts,
-                                   [covered] * len(parts), [saved] * len(parts),
-                                   [store_file] * len(parts)):
-                results.append(result)
-                if progress is not None and len(results) < len(parts):
-                    progress(parts[len(results) - 1].stop, count)
-    except (OSError, BrokenProcessPool, RuntimeError, ImportError):
-        results = [None] * len(parts)
-    items: list[Encoded] = []
-    exits = Exits({}, {}, {}, [])
-    for part, result in zip(parts, results, strict=True):
-        if result is None:
-            result = (*_encode_fdes(section, part, covered), ({}, {}, {}))
-        items.extend(result[0])
-        merge(exits, result[1])
-        if store is not None:
-            store.absorb(result[2])
-    return items, exits
-
-
-def _write_atomically(target: str, plan: _Plan, frame: _Frames) -> None:
+def _write_atomically(target: str, plan: Plan, frame: Frames) -> None:
     """Write to a temporary file beside ``target``, then rename it into place."""
     import tempfile
+
+    from .elf_writer import write_elf
 
     directory = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=filelock.tmp_prefix(target), suffix=".debug", dir=directory)
     try:
         with os.fdopen(fd, "w+b") as out:
-            _write(out, plan.module, plan.base, frame, _debuglink(plan), plan.symbols)
+            write_elf(out, _layout(plan.module, plan.base, frame, _debuglink(plan), plan.symbols))
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, 0o644)
@@ -1048,10 +386,10 @@ def symbol_file_bytes(path: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
     """The symbol file for ``path`` as bytes (tests, and callers who place it themselves);
     ``jobs`` and ``store_dir`` as in ``write_symbol_file``."""
     plan = _plan(path, debug_roots)
-    buffer = io.BytesIO()
-    _write(buffer, plan.module, plan.base, _frame(plan, jobs, _store_file(plan, store_dir)),
-           _debuglink(plan))
-    return buffer.getvalue()
+    from .elf_writer import elf_bytes
+
+    return elf_bytes(_layout(plan.module, plan.base,
+                             frames_for(plan, jobs, _store_file(plan, store_dir)), _debuglink(plan)))
 
 
 def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_ROOTS, *,
@@ -1060,7 +398,7 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     """Write the symbol file for module ``path`` to ``out`` (atomically).
 
     ``jobs`` > 1: a module of ``PARALLEL_MIN_FDES`` FDEs or more is split
-    between that many worker processes (``default_jobs()``: the usable CPUs,
+    between that many worker processes (``workers.default_jobs()``: the usable CPUs,
     at most 8); the bytes are the same as with 1. Embedded interpreters
     (LLDB's, gdb's) keep 1, or run ``python -m sframe_core to-dwarf`` as a
     subprocess: that is the out-of-process route, and its output appears
@@ -1079,7 +417,7 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     plan = _plan(path, debug_roots)
     if debug_file is not None:
         plan = plan._replace(base=debug_file)
-    frame = _frame(plan, jobs, _store_file(plan, store_dir))
+    frame = frames_for(plan, jobs, _store_file(plan, store_dir))
     try:
         _write_atomically(out, plan, frame)
     except OSError as exc:
@@ -1087,7 +425,7 @@ def write_symbol_file(path: str, out: str, debug_roots: Sequence[str] = DEBUG_RO
     return SymbolFile(out, plan.module.build_id, False, _source_name(plan))
 
 
-def _store_file(plan: _Plan, directory: str | None) -> str | None:
+def _store_file(plan: Plan, directory: str | None) -> str | None:
     """The module's analysis store file in ``directory`` (None: none, or turned off)."""
     from . import analysis_store
 
@@ -1096,7 +434,7 @@ def _store_file(plan: _Plan, directory: str | None) -> str | None:
     return analysis_store.store_path(directory, plan.module.path)
 
 
-def _source_name(plan: _Plan) -> str | None:
+def _source_name(plan: Plan) -> str | None:
     return plan.base.path if plan.base.has_debug_info else None
 
 
@@ -1108,20 +446,15 @@ def cache_dir() -> str:
     return os.path.join(cache_root(), "symbols")
 
 
-def _identity(path: str) -> bytes:
-    st = os.stat(path)
-    return f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}".encode()
-
-
-def _cache_name(plan: _Plan) -> str:
+def _cache_name(plan: Plan) -> str:
     digest = hashlib.sha256()
     digest.update(f"sframe-gdb symbol file {GENERATOR}\0".encode())
     digest.update(plan.sframe)
     if plan.module.build_id is None:
         # No build-id: the module is what is at this path, this size and age.
-        digest.update(_identity(plan.module.path))
+        digest.update(file_identity(plan.module.path))
     if plan.base is not plan.module:
-        digest.update(_identity(plan.base.path))
+        digest.update(file_identity(plan.base.path))
     # A stripped file and its unstripped twin share the build-id and the
     # .sframe, not the symbol file (symbols, debug information): what is
     # copied in is part of the key.
@@ -1169,15 +502,7 @@ def _fallback_dir() -> str | None:
     return _usable_dir(directory)
 
 
-def _cached(path: str) -> bool:
-    try:
-        with open(path, "rb") as stream:
-            return stream.read(4) == b"\x7fELF"
-    except OSError:
-        return False
-
-
-def _cache_target(plan: _Plan, cache: str | None) -> tuple[str, str, str | None]:
+def _cache_target(plan: Plan, cache: str | None) -> tuple[str, str, str | None]:
     """Where the symbol file of ``plan`` lives in the cache: (file, directory,
     warning). An unwritable cache directory falls back to a private temporary
     one, which ``warning`` says."""
@@ -1209,7 +534,7 @@ def cached_symbol_file(path: str, *, cache: str | None = None,
     """
     plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module)
     target, _, warning = _cache_target(plan, cache)
-    if not _cached(target):
+    if not is_elf(target):
         return None
     symcache.touch(target)  # its "last used" time, for pruning
     return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
@@ -1242,10 +567,10 @@ def symbol_file_for(path: str, *, cache: str | None = None,
     directory (said in ``SymbolFile.warning``). ``function_symbols=False``
     (gdb): a stripped module gets no function symbols for its FDEs.
     ``before_entry`` (LLDB 21): the byte before the entry point gets an
-    unnamed symbol and an FDE (``_before_entry``), a file of its own. ``jobs``
+    unnamed symbol and an FDE (``frames._before_entry``), a file of its own. ``jobs``
     as in ``write_symbol_file`` (never above 1 from a debugger's own Python:
     it would fork the debugger; ``symjobs`` runs a worker process instead).
-    ``module`` as in ``cached_symbol_file``; ``progress`` as in ``_frame``.
+    ``module`` as in ``cached_symbol_file``; ``progress`` as in ``frames.frames_for``.
 
     :raises SFrameError: one line naming the file and what is wrong (not ELF,
         no ``.sframe``, corrupt ``.sframe``, nowhere to write); nothing is
@@ -1253,17 +578,17 @@ def symbol_file_for(path: str, *, cache: str | None = None,
     """
     plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module)
     target, directory, warning = _cache_target(plan, cache)
-    if _cached(target):
+    if is_elf(target):
         symcache.touch(target)  # its "last used" time, for pruning
         return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
     # One maker per entry across processes (``lock``): another one's file,
     # once it lets go, is this call's cache hit.
     with filelock.holding(target):
-        if _cached(target):
+        if is_elf(target):
             symcache.touch(target)
             return SymbolFile(target, plan.module.build_id, True, _source_name(plan), warning)
         filelock.remove_leftovers(target)
-        frame = _frame(plan, jobs, _store_file(plan, directory), progress)
+        frame = frames_for(plan, jobs, _store_file(plan, directory), progress)
         try:
             _write_atomically(target, plan, frame)
         except OSError as exc:
