@@ -23,22 +23,8 @@ import os
 import lldb
 
 from sframe_core.base.errors import SFrameError
-from sframe_core.base.files import elf_layout, open_elf
 
-from .state import keeps_addresses_when_debug_info_is_replaced
-
-__all__ = ["create_target", "needs_copy"]
-
-
-def needs_copy(path: str) -> bool:
-    """Does LLDB need the module copy to use ``path``'s SFrame rows?"""
-    if keeps_addresses_when_debug_info_is_replaced():
-        return False
-    with open_elf(path) as stream:
-        layout = elf_layout(stream, path)
-    names = {s.name for s in layout.sections if s.size}
-    return (".sframe" in names and ".debug_info" in names
-            and not names & {".eh_frame", ".debug_frame"})
+__all__ = ["create_target"]
 
 
 def _quote(text: str) -> str:

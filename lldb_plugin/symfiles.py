@@ -43,6 +43,7 @@ import lldb
 
 from sframe_core.base.abi import AARCH64_BE, AARCH64_LE, AMD64, S390X
 from sframe_core.base.errors import SFrameError
+from sframe_core.base.files import elf_layout, open_elf
 from sframe_core.symfiles.jobs import Job, JobResult
 
 from . import locate, seed
@@ -177,6 +178,17 @@ def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule
     return _symbols_add(debugger, target, path, name, symbol_file)
 
 
+def needs_copy(path: str) -> bool:
+    """Does LLDB need the module copy to use ``path``'s SFrame rows?"""
+    if keeps_addresses_when_debug_info_is_replaced():
+        return False
+    with open_elf(path) as stream:
+        layout = elf_layout(stream, path)
+    names = {s.name for s in layout.sections if s.size}
+    return (".sframe" in names and ".debug_info" in names
+            and not names & {".eh_frame", ".debug_frame"})
+
+
 def _lost_addresses(target: lldb.SBTarget, path: str) -> str:
     """Why a module with debug information is left to LLDB's own unwinder
     before LLDB 22, and what serves it (the module copy: the executable only,
@@ -186,7 +198,6 @@ def _lost_addresses(target: lldb.SBTarget, path: str) -> str:
     why = (f"LLDB {major if major is not None else 'before 22'} loses a module's addresses when "
            "a symbol file replaces its debug information (LLDB 22 does not); left to LLDB's own "
            "unwinder, which has no CFI for it: ")
-    from .create import needs_copy
     if os.path.realpath(target.GetExecutable().fullpath or "") != os.path.realpath(path):
         return why + "'sframe bt' has the SFrame frames (LLDB 22 serves this library)"
     if not needs_copy(path):

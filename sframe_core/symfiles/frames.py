@@ -36,9 +36,8 @@ if TYPE_CHECKING:
     from ..dwarf.debug_frame import Encoded, Function
     from ..format.section import SFrameSection
     from .module_headers import ModuleInfo
-    from .symfile import Plan
 
-__all__ = ["Frames", "frames_for", "fde_ranges"]
+__all__ = ["Plan", "Frames", "frames_for", "fde_ranges"]
 
 _SHT_NOBITS = 8
 _SHF_COMPRESSED = 0x800
@@ -51,6 +50,19 @@ class Frames(NamedTuple):
     debug: bytes  # .debug_frame
     eh: bytes = b""  # .eh_frame at address 0 (``_entry_eh_frame``), or none
     gap: int | None = None  # the byte before e_entry, given an FDE here (``_before_entry``)
+
+
+class Plan(NamedTuple):
+    """What a symbol file is made from, and what its cache key hashes."""
+
+    module: ModuleInfo
+    base: ModuleInfo
+    sframe: bytes
+    # A stripped module's FDEs as function symbols, and a copy of the debug
+    # information: LLDB needs them (elfsyms); gdb does not (it would show the
+    # names where the twin shows "??", and has the debug information).
+    symbols: bool = True
+    before_entry: bool = False  # LLDB 21's file (``frames._before_entry``)
 
 
 def frames_for(plan: Plan, jobs: int = 1, store_file: str | None = None,

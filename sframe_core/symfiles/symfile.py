@@ -50,17 +50,17 @@ from ..base.files import (
 from ..format import saved_registers
 from ..format.elf import read_elf
 from ..targets.symbols import DEBUG_ROOTS
+from ..version import GENERATOR
 from . import cache as symcache
 from . import lock as filelock
 from .debug_files import build_id_path, crc32_of, debug_source, has_debug_information
 from .elfsyms import executable_sections, function_symbols
-from .frames import Frames, fde_ranges, frames_for
+from .frames import Frames, Plan, fde_ranges, frames_for
 from .module_headers import ModuleInfo, read_module
 
 if TYPE_CHECKING:
     from .elf_writer import Layout
     from .workers import Progress
-    pass
 
 # tempfile (with shutil, random and the compressors shutil imports), the
 # ELF and .debug_frame writers (with the SFrame decoder) and the module table are
@@ -74,10 +74,6 @@ __all__ = ["SymbolFile", "GENERATOR", "cache_dir", "symbol_file_for", "cached_sy
            "write_symbol_file", "symbol_file_bytes", "build_id_path", "ModuleInfo", "read_module",
            "maker_of", "has_debug_information", "writes_debug_frame"]
 
-# Bump when the bytes written for the same input change (a fix in dwarf.py):
-# cached files of older generators are then not reused. What each version
-# changed: docs/dwarf.md, "Generator versions".
-GENERATOR = 15
 
 
 def writes_debug_frame(arch: Arch | None) -> bool:
@@ -286,19 +282,6 @@ def _provide_gap_symbol(sections: list[_Section], src: ModuleInfo, big_endian: b
     symtab, strtab, count = _with_gap_symbol(symtab, strtab, symsec.info, sections, big_endian,
                                              gap)
     _set_symbols(sections, provide, symsec.name, strsec.name, symtab, strtab, count)
-
-
-class Plan(NamedTuple):
-    """What a symbol file is made from, and what its cache key hashes."""
-
-    module: ModuleInfo
-    base: ModuleInfo
-    sframe: bytes
-    # A stripped module's FDEs as function symbols, and a copy of the debug
-    # information: LLDB needs them (elfsyms); gdb does not (it would show the
-    # names where the twin shows "??", and has the debug information).
-    symbols: bool = True
-    before_entry: bool = False  # LLDB 21's file (``frames._before_entry``)
 
 
 def _debuglink(plan: Plan) -> bytes | None:

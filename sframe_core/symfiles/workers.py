@@ -19,6 +19,7 @@ from ..base import settings
 from ..base.errors import SFrameError
 from ..base.files import file_identity
 from ..format.elf import read_elf
+from ..version import GENERATOR
 
 if TYPE_CHECKING:
     from ..analysis.parts import Exits
@@ -75,9 +76,6 @@ def attach_store(section: SFrameSection, store_file: str | None) -> AnalysisStor
             or not analysis_store.enabled():
         return None
     from ..analysis.section import analysis_of
-
-    # Imported here: the symbol file's front imports this module.
-    from .symfile import GENERATOR
 
     store = analysis_store.AnalysisStore.load(store_file, f"sframe-gdb symbol file {GENERATOR}")
     analysis_of(section).store = store  # an AnalysisStore is a ResultStore
