@@ -180,9 +180,9 @@ def _lldb_pcs(version: str, binary: Path, twin: Path, plugin: bool) -> tuple[lis
 
 @pytest.mark.lldb
 @pytest.mark.parametrize("version", ["22", "23"])
-@pytest.mark.parametrize("build", ["v3-gold", "v3-lld", "v3-mold", "v3-mold3"])
+@pytest.mark.parametrize("build", BUILDS + MERGED)
 def test_lldb_twin(version: str, build: str) -> None:
-    """LLDB with the plugin on each v3 noeh program: the twin's frames."""
+    """LLDB with the plugin on each noeh program (v1, v2 and v3): the twin's frames."""
     twin = need(LINKERS / build / "lk")
     key = (version, build)
     if key not in _LLDB_TWINS:
