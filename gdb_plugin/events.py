@@ -163,6 +163,8 @@ def connect(plugin: SFrameUnwinder) -> None:
         plugin.mark_dirty(None)
         plugin.forget_frames()
 
+    listening = True  # is on_stop connected to gdb's stop event (follow_annotations)
+
     def guarded(what: str, call: Callable[[], object]) -> None:
         # An event handler's step: a failure is one warning, never a traceback.
         try:
@@ -190,10 +192,11 @@ def connect(plugin: SFrameUnwinder) -> None:
         # while any Python stop listener is connected. With annotations on,
         # the stop's work is left to the prompt, which such a session has;
         # the level is looked at as the program resumes and at each prompt.
+        nonlocal listening
         wanted = not _annotating()
-        if wanted != listening[0]:
+        if wanted != listening:
             (events.stop.connect if wanted else events.stop.disconnect)(on_stop)
-            listening[0] = wanted
+            listening = wanted
 
     def on_new_thread(event=None) -> None:
         # A core's files are waited for; then a process to unwind (``run``,
@@ -238,7 +241,6 @@ def connect(plugin: SFrameUnwinder) -> None:
             registry.connect(handler)
             connected.append((name, handler))
     gdb._sframe_gdb_handlers = connected
-    listening = [True]
     follow_annotations()
 
 

@@ -35,6 +35,7 @@ from typing import NamedTuple
 import gdb
 
 from sframe_core.base import settings
+from sframe_core.base.abi import AARCH64_BE, AARCH64_LE, S390X
 from sframe_core.base.errors import SFrameError
 from sframe_core.format.elf import read_elf
 from sframe_core.symfiles.jobs import FOREGROUND_FDES, Job, JobResult, made_at_once, symbol_file_now
@@ -51,12 +52,11 @@ from .cmdline import batch_mode
 __all__ = ["Route", "Routes", "SETTINGS", "FOREGROUND_FDES", "NATIVE", "PENDING", "FALLBACK",
            "OWN_CFI", "HELD"]
 
-SETTINGS = ("auto", "foreground", "off")
 # The setting a session starts with (scripts and test harnesses that want the
 # route from the first stop set ``foreground``); ``set sframe symbol-files``.
 ENV = "SFRAME_GDB_SYMBOL_FILES"
+SETTINGS = settings.SETTINGS[ENV].choices
 
-_EM_AARCH64, _EM_S390 = 183, 22
 
 NATIVE = "native"  # gdb's DWARF unwinder, from our symbol file
 PENDING = "pending"  # the symbol file is being made; the Python unwinder serves meanwhile
@@ -278,16 +278,17 @@ class Routes:
                if (sec := module.section(name)) is not None and sec.size]
         if cfi:
             return Route(OWN_CFI, path, f"has {' and '.join(cfi)}")
-        if not writes_debug_frame(module.arch):
+        arch = module.arch
+        if not writes_debug_frame(arch):
             return Route(FALLBACK, path, "no .debug_frame is written for this architecture")
-        if module.header[1] == _EM_S390:
+        if arch is S390X:
             # Seen with gdb-multiarch under qemu: gdb takes a .debug_frame
             # rule for f8-f15 as one for the vector registers over them and
             # shows other values in caller frames than the Python unwinder
             # hands (which are the values the registers hold there).
             return Route(FALLBACK, path, "gdb misreads s390x floating-point register rules "
                          "in .debug_frame")
-        if module.header[1] == _EM_AARCH64 and _signs_return_addresses(path):
+        if arch in (AARCH64_LE, AARCH64_BE) and _signs_return_addresses(path):
             # Seen with gdb-multiarch under qemu: the callers' signed return
             # addresses came out unstripped from the symbol file's
             # DW_CFA_AARCH64_negate_ra_state, where the twin's .eh_frame

@@ -21,7 +21,7 @@ FILE``, the plugin imported from ``~/.lldbinit``), on every LLDB. A
 ``target create`` typed after the import on 14 and 16 gets nothing: no
 callback runs before it there, and the status line says so. 14 and 16
 have no locate-module callback for libraries either: there the libraries
-FILE's own search path finds (``sframe_core.base.needed``) are put in the
+FILE's own search path finds (``sframe_core.targets.needed``) are put in the
 list with it, under the names the dynamic loader will give them.
 
 LLDB's shared module list checks a module's own file (the copy) for
@@ -86,7 +86,7 @@ def seed(path: str) -> bool:
     path = os.path.abspath(os.path.expanduser(path))
     done = _seed_one(path)
     if not locate.supported() and os.path.isfile(path):
-        from sframe_core.base.needed import needed_libraries
+        from sframe_core.targets.needed import needed_libraries
         for library in needed_libraries(path):
             _seed_one(library)
     return done

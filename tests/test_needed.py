@@ -1,4 +1,4 @@
-"""sframe_core.base.needed: the libraries a program's own search path finds, by the loader's names."""
+"""sframe_core.targets.needed: the libraries a program's own search path finds, by the loader's names."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from helpers import missing
 
-from sframe_core.base.needed import needed_libraries
+from sframe_core.targets.needed import needed_libraries
 
 
 def _build(tmp_path: Path, rpath: str, new_dtags: bool) -> Path:

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
-from .errors import SFrameError
-from .files import open_elf
+from ..base.errors import SFrameError
+from ..base.files import open_elf
 
 __all__ = ["needed_libraries"]
 
