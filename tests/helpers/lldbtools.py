@@ -270,6 +270,7 @@ class Session:
         self.child = pexpect.spawn(str(lldb_path(version)), ["--no-lldbinit", "--no-use-colors"],
                                    env=env, encoding="utf-8", timeout=timeout, cwd=str(ROOT),
                                    dimensions=(200, 400))
+        self.child.delaybeforesend = None  # as gdbtools.Gdb: cmd waits for the prompt
         self.child.expect(self.PROMPT)
         if major(version) >= 18:
             self.cmd(NO_DEBUGINFOD)
