@@ -308,6 +308,16 @@ def _write_exec(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
+def _configured_for(makefile: Path) -> str | None:
+    """The testsuite source a build directory's Makefile was configured for."""
+    try:
+        text = makefile.read_text(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"^srcdir = (.*)$", text, re.M)
+    return found.group(1).strip() if found else None
+
+
 def configure(source: Source, gdb: str, side: str, timeout: int) -> Path:
     """A build directory of the testsuite for one side, its site.exp pointing
     at that side's compilers and gdb."""
@@ -329,7 +339,9 @@ def configure(source: Source, gdb: str, side: str, timeout: int) -> Path:
     _write_exec(bindir / "gdb", f"#!/bin/sh\n# {side}: {what}\n{plugin}"
                 f"exec '{real}' -iex 'set debuginfod enabled off' \"$@\"\n")
     gdb_path = str(bindir / "gdb")
-    if not (build / "Makefile").exists():
+    if _configured_for(build / "Makefile") != str(source.testsuite):
+        # Not configured yet, or for a source elsewhere (the checkout moved).
+        (build / "Makefile").unlink(missing_ok=True)
         _run([str(source.testsuite / "configure")], cwd=build)
     (build / "site.exp").unlink(missing_ok=True)
     _run(["make", "site.exp"], cwd=build)

@@ -181,6 +181,14 @@ LLDB_DEBUGSERVER_PATH=\"\${LLDB_DEBUGSERVER_PATH:-$sp/lldb_for_pwndbg/_vendor/bi
 LLDB_DEBUGSERVER_PATH=\"\${LLDB_DEBUGSERVER_PATH:-$sp/lldb_for_pwndbg/_vendor/bin/lldb-server}\"; export LLDB_DEBUGSERVER_PATH" \
       write_wrapper "$BIN/lldb-$major-python" "$DBG/lldb$major/bin/python"
   done
+  if command -v dpkg-source >/dev/null; then
+    # tests/test_gdb_testsuite.py runs the CI part on PyPI's 16 and 18 too
+    # (18: Debian's nearest source, 17.2's).
+    for v in 16 18; do
+      step "gdb's testsuite: Debian's source for gdb $v -> .gdb-testsuite/"
+      q "$VENV/bin/python" -m bench.gdb_testsuite --gdb "$BIN/gdb-$v" --fetch-only
+    done
+  fi
 fi
 # ---------------------------------------------------------------- 3b. Debian's own LLDBs
 # Debian's lldb-N packages conflict with each other as installed packages, so

@@ -1,9 +1,11 @@
-"""gdb's own testsuite (the ``ci`` part of bench/gdb_testsuite.py) on gdb 13:
+"""gdb's own testsuite (the ``ci`` part of bench/gdb_testsuite.py) on the
+distribution's gdb (13 on Debian 12, 16 on Debian 13) and PyPI's 16 and 18:
 the twin against ``.noeh`` + the plugin, every ``.exp`` file whose results
 differ named, no more and no fewer than expected today.
 
-The source is Debian's package of the installed gdb, fetched once into
-``.gdb-testsuite/`` (scripts/setup.sh does it); DejaGnu's ``runtest`` runs it.
+The source is Debian's package of the gdb under test, or of the nearest
+version Debian has (18: 17.2's), fetched once into ``.gdb-testsuite/``
+(scripts/setup.sh does it); DejaGnu's ``runtest`` runs it.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ NOT_OURS = {
 }
 
 
-def test_ci_part_differs_only_where_expected() -> None:
-    gdb = GDBS["gdb13"]
+@pytest.mark.parametrize("which", ["gdb13", "gdb16", "gdb18"])
+def test_ci_part_differs_only_where_expected(which: str) -> None:
+    gdb = GDBS[which]
     if gdb_version(gdb) is None:
-        missing(f"gdb 13 not runnable at {gdb}")
+        missing(f"{which} not runnable at {gdb} (scripts/setup.sh installs it)")
     for tool in ("runtest", "expect", "dpkg-source", "g++"):
         if shutil.which(tool) is None:
             missing(f"{tool} not found (scripts/setup.sh installs dejagnu, dpkg-dev and g++)")
