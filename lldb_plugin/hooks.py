@@ -20,7 +20,8 @@ from .registry import provider_wanted, register
 from .state import target_key, warn, warn_once
 from .target import is_core
 
-__all__ = ["StopHook", "add_stop_hook", "dummy_hook", "say_if_stop_reasons_lost"]
+__all__ = ["StopHook", "add_stop_hook", "dummy_hook", "run_at_first_stop",
+           "say_if_stop_reasons_lost"]
 
 # What the plugin registered with LLDB, kept across a re-import (``state.Registrations``).
 _kept = state.registrations
@@ -136,6 +137,21 @@ def _hook_add(interp: lldb.SBCommandInterpreter, at_initial_stop: bool,
         interp.HandleCommand(command, context, result, False)
     found = re.search(r"#(\d+)", result.GetOutput() or "") if result.Succeeded() else None
     return result, int(found.group(1)) if found else None
+
+
+_first_stop: bool | None = None
+
+
+def run_at_first_stop(debugger: lldb.SBDebugger) -> bool:
+    """Do stop-hooks run at a process's first stop (21+: ``target stop-hook
+    add`` then has ``-I``, ``--at-initial-stop``)? Before 21 none does (nor
+    when a core loads), so there is no first-stop hook to keep off."""
+    global _first_stop
+    if _first_stop is None:
+        result = lldb.SBCommandReturnObject()
+        debugger.GetCommandInterpreter().HandleCommand("help target stop-hook add", result)
+        _first_stop = "--at-initial-stop" in (result.GetOutput() or "")
+    return _first_stop
 
 
 def dummy_hook(debugger: lldb.SBDebugger, at_initial_stop: bool) -> bool:

@@ -1,5 +1,6 @@
 """What the plugin does before some of LLDB's commands run
-(``SBCommandInterpreter.SetCommandOverrideCallback``, LLDB 19+): before
+(``SBCommandInterpreter.SetCommandOverrideCallback``: its Python binding
+from 19, its C++ method through ``ctypes`` on 14 and 16): before
 ``gdb-remote``/``process connect``, what its stop-hook would do at the
 connection's first stop (``before_connect``); before ``target create``
 (and ``file``), the module LLDB should get (``seed``) or its symbol file's
@@ -9,14 +10,15 @@ command as always.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import lldb
 
 from . import locate, seed, state, symfiles
-from .hooks import add_stop_hook, dummy_hook
+from .hooks import add_stop_hook, dummy_hook, run_at_first_stop
 from .registry import provider_wanted, register
 from .state import target_key, warn
 
@@ -44,10 +46,12 @@ def before_connect(*argv: str) -> bool:
     try:
         debugger = _kept.debugger
         target = debugger.GetSelectedTarget() if debugger is not None else None
+        # Before 21 no stop-hook runs at that stop: the hooks stay as they are.
+        swap = debugger is not None and run_at_first_stop(debugger)
         if target is None or not target.IsValid():
             # No target yet: the one the connection makes gets the dummy's
             # hook, so that one starts at the next stop until then.
-            if not _kept.dummy_late and debugger is not None and dummy_hook(debugger, False):
+            if swap and not _kept.dummy_late and dummy_hook(debugger, False):
                 _kept.dummy_late = True
             return False
         process = target.GetProcess()
@@ -57,7 +61,7 @@ def before_connect(*argv: str) -> bool:
             return False  # connected already: LLDB refuses the command
         key = ("t", target_key(target))
         hook = _kept.hook_ids.get(key, _kept.hook_ids.get("dummy"))
-        if key not in _kept.late and hook is not None:
+        if swap and key not in _kept.late and hook is not None:
             add_stop_hook(debugger, target, key, at_initial_stop=False, replace=hook)
             _kept.late.add(key)
         symfiles.route_target(debugger, target)
@@ -74,12 +78,88 @@ def override_commands(debugger: lldb.SBDebugger) -> None:
     if _kept.debugger is not None:
         return
     interp = debugger.GetCommandInterpreter()
-    if not hasattr(interp, "SetCommandOverrideCallback"):
-        return
+    if hasattr(interp, "SetCommandOverrideCallback"):
+        set_override = interp.SetCommandOverrideCallback
+    else:
+        found = _sb_set_override(interp)
+        if found is None:
+            return  # the status line says what a typed 'target create' then gets
+        set_override = found
     for command in ("gdb-remote", "process connect"):
-        interp.SetCommandOverrideCallback(command, before_connect)
-    interp.SetCommandOverrideCallback("target create", before_target_create)  # and 'file'
+        set_override(command, before_connect)
+    set_override("target create", before_target_create)  # and 'file', its alias
     _kept.debugger = debugger
+
+
+# lldb::SBCommandInterpreter::SetCommandOverrideCallback(char const*,
+# bool (*)(void*, char const**), void*), in every liblldb since 3.x; its
+# Python binding came with 19.
+_SET_OVERRIDE = "_ZN4lldb20SBCommandInterpreter26SetCommandOverrideCallbackEPKcPFbPvPS2_ES3_"
+_OVERRIDE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p,
+                                      ctypes.POINTER(ctypes.c_char_p))
+
+
+def _liblldb() -> Iterator[ctypes.CDLL]:
+    """The loaded libraries that may hold LLDB's SB API: the process's global
+    symbols (the ``lldb`` driver links liblldb, whose ``_lldb`` module is
+    built in), then the ``_lldb`` extension's own file, then each liblldb
+    mapped in this process. Nothing is loaded that was not already."""
+    yield ctypes.CDLL(None)
+    paths = [getattr(lldb._lldb, "__file__", None)]
+    try:
+        with open("/proc/self/maps") as stream:
+            paths += sorted({line.split(None, 5)[5].strip() for line in stream
+                             if "liblldb" in line and len(line.split(None, 5)) == 6})
+    except OSError:
+        pass
+    for path in paths:
+        if path:
+            try:
+                yield ctypes.CDLL(path, mode=os.RTLD_NOLOAD)
+            except OSError:
+                continue
+
+
+def _sb_set_override(interp: lldb.SBCommandInterpreter
+                     ) -> Callable[[str, Callable[..., bool]], bool] | None:
+    """Where LLDB's Python binding lacks ``SetCommandOverrideCallback`` (14,
+    16) but its library has the C++ method, that method called through
+    ``ctypes`` on ``interp``; None if anything is missing (then nothing runs
+    before those commands, as before).
+
+    LLDB calls the callback as its own binding's (19+), from
+    ``CommandObject::InvokeOverrideCallback`` before the command parses its
+    options: with the command's words (``target``, ``create``, its
+    arguments; ``file`` is its alias and comes as ``target create``; a raw
+    command such as ``gdb-remote`` as one string) as a NULL-terminated
+    array. The callbacks are kept for the session (``Registrations``)."""
+    try:
+        this = ctypes.c_void_p(int(interp.this))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    for library in _liblldb():
+        method = getattr(library, _SET_OVERRIDE, None)
+        if method is not None:
+            break
+    else:
+        return None
+    method.restype = ctypes.c_bool
+    method.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _OVERRIDE_CALLBACK, ctypes.c_void_p]
+
+    def set_override(command: str, function: Callable[..., bool]) -> bool:
+        def call(_baton: int | None, argv: Sequence[bytes | None]) -> bool:
+            try:
+                words: list[str] = []
+                while (word := argv[len(words)]) is not None:
+                    words.append(word.decode(errors="replace"))
+                function(*words)
+            except Exception:  # noqa: BLE001 - the callbacks say their own errors
+                pass
+            return False  # LLDB runs the command as always
+        callback = _OVERRIDE_CALLBACK(call)
+        _kept.c_callbacks.append(callback)
+        return bool(method(this, command.encode(), callback, None))
+    return set_override
 
 
 # ``target create`` options followed by a value (``help target create``).

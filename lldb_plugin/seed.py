@@ -15,14 +15,15 @@ copy. A stripped FILE's module is made the same way, from FILE with our
 symbol file as its symbol file from the start (``_module_spec``): LLDB then
 builds its symbol table with the file's function symbols.
 
-When: before ``target create`` where LLDB lets a command be overridden
-(19+), and at import for the file on LLDB's own command line (``lldb
-FILE``, the plugin imported from ``~/.lldbinit``), on every LLDB. A
-``target create`` typed after the import on 14 and 16 gets nothing: no
-callback runs before it there, and the status line says so. 14 and 16
-have no locate-module callback for libraries either: there the libraries
-FILE's own search path finds (``sframe_core.targets.needed``) are put in the
-list with it, under the names the dynamic loader will give them.
+When: before ``target create`` (and ``file``), from the plugin's override
+of the command (``overrides``: LLDB's Python binding from 19, its C++
+method through ``ctypes`` on 14 and 16; where neither is there, a typed
+``target create`` gets nothing and the status line says so), and at import
+for the file on LLDB's own command line (``lldb FILE``, the plugin imported
+from ``~/.lldbinit``), on every LLDB. 14 and 16 have no locate-module
+callback for libraries: there the libraries FILE's own search path finds
+(``sframe_core.targets.needed``) are put in the list with it, under the
+names the dynamic loader will give them.
 
 LLDB's shared module list checks a module's own file (the copy) for
 changes, not FILE: a module made from the copy of an older FILE would be

@@ -211,6 +211,9 @@ class Registrations:
         # The debugger whose commands are overridden (an override's callback
         # is given only the command's words).
         self.debugger: lldb.SBDebugger | None = None
+        # The ctypes callbacks LLDB holds where its binding lacks the overrides
+        # (``overrides._sb_set_override``): alive as long as the session.
+        self.c_callbacks: list[object] = []
         self.said_unsupported = False
         # The broadcaster ``registry`` waits for LLDB's event thread with.
         self.marker: lldb.SBBroadcaster | None = None

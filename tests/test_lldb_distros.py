@@ -94,11 +94,11 @@ def _normal(text: str) -> str:
     return "\n".join(lines)
 
 
-def _cell(version: str, demo: Path, name: str, *, core: bool = False, driver: bool = False
-          ) -> tuple[str, str]:
+def _cell(version: str, demo: Path, name: str, *, core: bool = False, driver: bool = False,
+          create: str = "sframe create") -> tuple[str, str]:
     """The twin's transcript (plain LLDB) and the .noeh file's (the plugin;
-    ``sframe create`` makes the target, or with ``driver`` LLDB's own
-    ``lldb FILE``, the plugin imported before it as from ``~/.lldbinit``)."""
+    ``create`` makes the target, or with ``driver`` LLDB's own ``lldb
+    FILE``, the plugin imported before it as from ``~/.lldbinit``)."""
     def commands(side: str, create: str) -> list[str]:
         path = demo / side / name
         if core:
@@ -110,7 +110,7 @@ def _cell(version: str, demo: Path, name: str, *, core: bool = False, driver: bo
         return str(demo / side / name) if driver else None
     want = run_lldb(version, commands("twin", "target create"), plugin=False,
                     program=program("twin"))
-    got = run_lldb(version, [*commands("noeh", "sframe create"), "sframe status", "sframe bt"],
+    got = run_lldb(version, [*commands("noeh", create), "sframe status", "sframe bt"],
                    program=program("noeh"))
     assert "Traceback" not in got, got
     return want, got
@@ -143,21 +143,24 @@ def test_live_g(version: str, demo: Path) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_live_g0(version: str, demo: Path) -> None:
-    want, got = _cell(version, demo, "demog0")
+@pytest.mark.parametrize("create", ["sframe create", "target create"])
+def test_live_g0(version: str, create: str, demo: Path) -> None:
+    want, got = _cell(version, demo, "demog0", create=create)
     _same(want, got, ASKED)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_stripped(version: str, demo: Path) -> None:
-    """Stripped, started as ``lldb FILE``: the module is made with its symbol
-    file from the start (``seed``), so LLDB's symbol table has the file's
-    function symbols: the twin's pcs, registers and variables everywhere (14
-    and 16 had no unwind plan from a file added later), and from 21 on the
-    twin's names too. 14-20 number their unnamed symbols
-    (``___lldb_unnamed_symbol17``) where the file names them by address
-    (docs/lldb.md): the names are not asserted there."""
-    want, got = _cell(version, demo, "demost", driver=True)
+@pytest.mark.parametrize("create", ["lldb FILE", "target create"])
+def test_stripped(version: str, create: str, demo: Path) -> None:
+    """Stripped, started as ``lldb FILE`` or with a ``target create`` typed
+    after the import: the module is made with its symbol file from the start
+    (``seed``), so LLDB's symbol table has the file's function symbols: the
+    twin's pcs, registers and variables everywhere (14 and 16 had no unwind
+    plan from a file added later), and from 21 on the twin's names too.
+    14-20 number their unnamed symbols (``___lldb_unnamed_symbol17``) where
+    the file names them by address (docs/lldb.md): the names are not
+    asserted there."""
+    want, got = _cell(version, demo, "demost", driver=create == "lldb FILE", create=create)
     twin = [f.pc for f in parse_bt(command_output(want, "bt"))]
     assert len(twin) == 8, want
     assert [f.pc for f in parse_bt(command_output(got, "sframe bt"))] == twin, got
@@ -201,49 +204,30 @@ def test_core_g0(version: str, cores: Path) -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_core_g0_plain_create(version: str, cores: Path) -> None:
-    """Plain ``target create --core``, the plugin imported first: from 19
-    plain ``bt`` is the twin's at once (the plugin runs before the command
-    and puts the module, with its symbol file, where LLDB finds it); on 14
-    and 16 after the first ``sframe`` command: ``sframe status`` is about the
-    core's modules whatever the version (it routes them first)."""
+    """Plain ``target create --core``, the plugin imported first: plain
+    ``bt`` is the twin's at once (the plugin runs before the command and
+    puts the module, with its symbol file, where LLDB finds it), and
+    ``sframe status`` says so."""
     twin, noeh = cores / "twin" / "demog0", cores / "noeh" / "demog0"
     want = run_lldb(version, [f"target create {twin} --core {twin}.core", "bt"], plugin=False)
     got = run_lldb(version, [f"target create {noeh} --core {noeh}.core", "bt", "sframe status",
                              "bt"])
     assert "demog0: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
     _same(want, got, ["bt"])
-    if major(version) >= 19:
-        assert _normal(command_output(got, "bt", 0)) == _normal(command_output(want, "bt")), got
-
-
-# LLDB 19 and later let the plugin run before a command
-# (SBCommandInterpreter.SetCommandOverrideCallback): 14 and 16 do not.
-OVERRIDE_VERSIONS = [v for v in VERSIONS if major(v) >= 19]
+    assert _normal(command_output(got, "bt", 0)) == _normal(command_output(want, "bt")), got
 
 
 @pytest.mark.parametrize("version", [v for v in VERSIONS if major(v) < 22])
 def test_core_g_plain_create(version: str, cores: Path) -> None:
     """Plain ``target create --core`` of the -g build, the plugin imported
-    first: from 19 the twin's (the plugin puts the module copy where
-    ``target create`` finds it); on 14 and 16, which run nothing before
-    the command, one true line naming the version, ``sframe create`` and
-    ``sframe bt`` (the status routes first: no stop-hook runs at a core
-    load before 21)."""
-    path = cores / "noeh" / "demo"
-    got = run_lldb(version, [f"target create {path} --core {path}.core", *ASKED, "sframe status",
-                             "sframe bt"])
-    status = _status(got)
-    if version in OVERRIDE_VERSIONS:
-        twin = cores / "twin" / "demo"
-        want = run_lldb(version, [f"target create {twin} --core {twin}.core", *ASKED],
-                        plugin=False)
-        _same(want, got, ASKED)
-        assert "demo: LLDB's own unwinder, .debug_frame from SFrame" in status, got
-        return
-    assert f"demo: not on the native route: LLDB {major(version)} loses a module's addresses" in status
-    assert "'sframe create " in status and "'sframe bt' has the SFrame frames" in status
-    assert "no loaded module needs it" not in status
-    assert len(parse_bt(command_output(got, "sframe bt"))) >= 4, got
+    first: the twin's (the plugin, run before the command, puts the module
+    copy where ``target create`` finds it; on 14 and 16 through the C++
+    override, ``overrides._sb_set_override``)."""
+    path, twin = cores / "noeh" / "demo", cores / "twin" / "demo"
+    got = run_lldb(version, [f"target create {path} --core {path}.core", *ASKED, "sframe status"])
+    want = run_lldb(version, [f"target create {twin} --core {twin}.core", *ASKED], plugin=False)
+    _same(want, got, ASKED)
+    assert "demo: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
 
 
 def _lldb14_as_shipped() -> None:
@@ -371,16 +355,19 @@ def test_library_g(version: str, library: Path) -> None:
     assert "libsf.so: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
 
 
-@pytest.mark.parametrize("version", [*[v for v in OVERRIDE_VERSIONS if major(v) < 22], "21"])
-def test_live_g_target_create(version: str, demo: Path) -> None:
-    """From 19 the plugin runs before ``target create``: one typed after the
-    import gets the module copy too (put where LLDB looks), with the twin's
-    frames, registers and variables."""
+@pytest.mark.parametrize("version", [*VERSIONS, "21"])
+@pytest.mark.parametrize("create", ["target create", "file"])
+def test_live_g_target_create(version: str, create: str, demo: Path) -> None:
+    """The plugin runs before ``target create`` (and ``file``, its alias):
+    one typed after the import gets the module copy too before 22 (put
+    where LLDB looks), with the twin's frames, registers and variables."""
     def commands(side: str) -> list[str]:
-        return [f"target create {demo / side / 'demo'}", _stop_here(demo, "demo"),
+        return [f"{create} {demo / side / 'demo'}", _stop_here(demo, "demo"),
                 "process launch", *ASKED]
     want = run_lldb(version, commands("twin"), plugin=False)
     got = run_lldb(version, [*commands("noeh"), "sframe status"])
     _same(want, got, ASKED)
     assert "demo: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
     assert f"Current executable set to '{demo / 'noeh' / 'demo'}'" in got, got
+    if major(version) < 22:
+        assert "found it in its module list" in _status(got), got
