@@ -19,7 +19,9 @@ addresses there (``state.keeps_addresses_when_debug_info_is_replaced``).
 It answers from the cache, or makes the file at once for a small module;
 a large module's file is left to a worker (``jobs.start_job``) and LLDB
 goes on with the module alone, which the frame provider serves until the
-file is ready (``symfiles``: PENDING).
+file is ready (``symfiles``: PENDING). Where no provider would serve it
+(before 22, ``jobs.in_background``) the file is made before LLDB goes on,
+whatever the module's size; ``seed`` asks for that too.
 
 The callback makes no SB call but on the specs it is given (LLDB holds its
 module locks while it runs, and calls it from several threads at once while
@@ -43,6 +45,7 @@ from .state import (
     enabled,
     keeps_addresses_when_debug_info_is_replaced,
     merges_symbol_file_eh_frame,
+    warn,
     warn_once,
 )
 
@@ -117,16 +120,19 @@ def _cached_or_started(path: str, info: ModuleInfo) -> tuple[SymbolFile | None, 
     return result, False
 
 
-def _symbol_file(path: str) -> str | None:
+def _symbol_file(path: str, *, now: bool = False) -> str | None:
     """Our symbol file for ``path`` when LLDB would have no CFI for its code, else None.
 
     A cached file is answered at once, a missing one made at once for a small
-    module; a large one's is left to a worker (``_cached_or_started``) and
-    None is answered, so LLDB goes on with the module's own file and the
-    stop-hook hands the module to the frame provider until the file is ready.
+    module; a large one's is left to a worker (``_cached_or_started``: where
+    a frame provider serves meanwhile, 22+) and None is answered, so LLDB
+    goes on with the module's own file and the stop-hook hands the module to
+    the frame provider until the file is ready. With ``now`` (``seed``,
+    before the target exists: nothing would serve the module the target
+    gets) a large one's is made here too, and said in one line.
     """
     from sframe_core.symfiles.jobs import symbol_file_now
-    from sframe_core.symfiles.symfile import read_module
+    from sframe_core.symfiles.symfile import cached_symbol_file, read_module
 
     st = os.stat(path)
     key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
@@ -135,12 +141,17 @@ def _symbol_file(path: str) -> str | None:
     info = read_module(path)
     made = None
     if _served(info):
-        result, started = _cached_or_started(path, info)
-        if started:
-            return None  # not decided: a later module of that file may find it cached
+        before_entry = not merges_symbol_file_eh_frame()
+        if now:
+            result = cached_symbol_file(path, before_entry=before_entry, module=info)
+        else:
+            result, started = _cached_or_started(path, info)
+            if started:
+                return None  # not decided: a later module of that file may find it cached
         if result is None:
-            result = symbol_file_now(path, before_entry=not merges_symbol_file_eh_frame(),
-                                     module=info)
+            if now:
+                _say_making(path)
+            result = symbol_file_now(path, before_entry=before_entry, module=info)
         if result.warning:
             warn_once(("symfile-warning", result.warning), result.warning)
         if result.debug_source is None or keeps_addresses_when_debug_info_is_replaced():
@@ -156,12 +167,30 @@ def _symbol_file(path: str) -> str | None:
     return made
 
 
-def handed(path: str) -> tuple[str, bool] | None:
+def _say_making(path: str) -> None:
+    """One line before LLDB waits for a large module's file (``made_at_once``
+    says which are large), as gdb's batch mode waits for its workers."""
+    from sframe_core.format.elf import read_elf
+    from sframe_core.symfiles.jobs import made_at_once
+    from sframe_core.symfiles.symfile import cache_dir
+
+    if made_at_once(path):
+        return
+    try:
+        found = read_elf(path).open()
+    except SFrameError:
+        found = None  # the generation says what is wrong with it
+    count = f" of its {found.num_fdes:,} functions" if found is not None else ""
+    warn(f"{os.path.basename(path)}: making LLDB's .debug_frame from the SFrame rows{count} "
+         f"before LLDB reads the module (once: cached in {cache_dir()} for next time)")
+
+
+def handed(path: str, *, now: bool = False) -> tuple[str, bool] | None:
     """What the callback hands LLDB for the module at ``path``: the file
     (our symbol file, or the module copy), and whether it is the copy; None
-    when nothing (``_symbol_file``)."""
+    when nothing (``_symbol_file``; ``now``: made now whatever its size)."""
     with _lock:
-        made = _symbol_file(path)
+        made = _symbol_file(path, now=now)
     if made is None:
         return None
     return made, os.path.realpath(made) in _copies

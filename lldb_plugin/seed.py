@@ -45,7 +45,7 @@ from sframe_core.base.errors import SFrameError
 from sframe_core.base.files import elf_layout, open_elf
 
 from . import locate
-from .state import enabled
+from .state import enabled, keeps_addresses_when_debug_info_is_replaced
 
 __all__ = ["seed", "seed_command_line", "refresh", "driver_files"]
 
@@ -129,7 +129,10 @@ def _module_spec(path: str) -> tuple[lldb.SBModuleSpec, str | None] | None:
     with open_elf(path) as stream:
         layout = elf_layout(stream, path)
     names = {s.name for s in layout.sections if s.size}
-    handed = locate.handed(path)
+    # Before 22 nothing would serve the module the target then gets (no
+    # frame provider; a -g one cannot take its file later): a large one's
+    # file is made now, said in one line (``locate._say_making``).
+    handed = locate.handed(path, now=not keeps_addresses_when_debug_info_is_replaced())
     if handed is None:
         return None
     made, is_copy = handed

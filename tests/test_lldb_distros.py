@@ -371,3 +371,44 @@ def test_live_g_target_create(version: str, create: str, demo: Path) -> None:
     assert f"Current executable set to '{demo / 'noeh' / 'demo'}'" in got, got
     if major(version) < 22:
         assert "found it in its module list" in _status(got), got
+
+
+# lua5.4 -O2 -g (tests/fixtures/realprogs), large as far as the plugin is
+# concerned: above this many FDEs a module's symbol file is "large"
+# (sframe_core.symfiles.jobs.made_at_once), as tests/test_gdb_batch.py sends it to a worker.
+LARGE = {"SFRAME_FOREGROUND_FDES": "300", "SFRAME_LLDB_SYMBOL_FILES": "auto"}
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if major(v) < 22])
+@pytest.mark.parametrize("create", ["lldb FILE", "target create"])
+def test_large_g(version: str, create: str, tmp_path: Path) -> None:
+    """A large -g program before 22: the plugin makes its module copy before
+    LLDB creates the target (nothing would serve the module otherwise),
+    says so in one line, and ``bt`` at a breakpoint is the twin's; the next
+    session finds the copy cached and says nothing."""
+    from helpers import need
+    lua = ROOT / "tests" / "fixtures" / "realprogs" / "lua5.4"
+    for side, name in (("twin", "lua5.4"), ("noeh", "lua5.4.noeh")):
+        (tmp_path / side).mkdir()
+        shutil.copy(need(lua / "busid-v3" / name), tmp_path / side / "lua5.4")
+    env = {**LARGE, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def session(side: str, plugin: bool) -> str:
+        path = str(tmp_path / side / "lua5.4")
+        made = [] if create == "lldb FILE" else [f"target create {path}"]
+        return run_lldb(version, [*made, "breakpoint set -n luaT_callTMres",
+                                  f"process launch -o /dev/null -- -E {lua / 'deep.lua'}", "bt",
+                                  *(["sframe status"] if plugin else [])],
+                        plugin=plugin, env=env, program=path if create == "lldb FILE" else None)
+    want = session("twin", False)
+    assert len(parse_bt(command_output(want, "bt"))) > 20, want
+    for first in (True, False):
+        got = session("noeh", True)
+        assert "Traceback" not in got, got
+        _same(want, got, ["bt"])
+        assert "found it in its module list" in _status(got), got
+        said = [line for line in got.splitlines() if line.startswith("sframe:")]
+        assert said == ([f"sframe: lua5.4: making LLDB's .debug_frame from the SFrame rows of its "
+                         f"705 functions before LLDB reads the module (once: cached in "
+                         f"{tmp_path / 'cache' / 'sframe-gdb' / 'symbols'} for next time)"]
+                        if first else []), got
