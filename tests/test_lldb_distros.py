@@ -412,3 +412,23 @@ def test_large_g(version: str, create: str, tmp_path: Path) -> None:
                          f"705 functions before LLDB reads the module (once: cached in "
                          f"{tmp_path / 'cache' / 'sframe-gdb' / 'symbols'} for next time)"]
                         if first else []), got
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if major(v) < 19])
+def test_target_create_without_the_override(version: str, demo: Path) -> None:
+    """14 and 16 with the C++ override not found (its symbol name made
+    wrong before the import): nothing runs before a typed ``target create``,
+    as before the override, and ``sframe status`` says so in the true line
+    (a) of docs/lldb.md, with no traceback."""
+    path = demo / "noeh" / "demo"
+    got = run_lldb(version, [
+        f"script import sys; sys.path.insert(0, {str(ROOT)!r}); "
+        "import lldb_plugin.overrides as o; o._SET_OVERRIDE = 'no_such_symbol'",
+        f"command script import {PLUGIN}", f"target create {path}", _stop_here(demo, "demo"),
+        "process launch", "sframe status", "sframe bt"], plugin=False)
+    assert "Traceback" not in got, got
+    status = _status(got)
+    assert f"demo: not on the native route: LLDB {major(version)} loses a module's addresses" \
+        in status, got
+    assert "'sframe create " in status and "'sframe bt' has the SFrame frames" in status, got
+    assert len(parse_bt(command_output(got, "sframe bt"))) == 8, got
