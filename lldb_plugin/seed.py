@@ -21,9 +21,9 @@ method through ``ctypes`` on 14 and 16; where neither is there, a typed
 ``target create`` gets nothing and the status line says so), and at import
 for the file on LLDB's own command line (``lldb FILE``, the plugin imported
 from ``~/.lldbinit``), on every LLDB. 14 and 16 have no locate-module
-callback for libraries: there the libraries FILE's own search path finds
-(``sframe_core.targets.needed``) are put in the list with it, under the
-names the dynamic loader will give them.
+callback for libraries: there the libraries FILE needs, found as the
+dynamic loader finds them (``sframe_core.targets.needed``), are put in the
+list with it, under the names the dynamic loader will give them.
 
 LLDB's shared module list checks a module's own file (the copy) for
 changes, not FILE: a module made from the copy of an older FILE would be
