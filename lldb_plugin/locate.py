@@ -42,7 +42,7 @@ from .jobs import in_background, start_job
 from .state import (
     enabled,
     keeps_addresses_when_debug_info_is_replaced,
-    merges_symbol_file_eh_frame,
+    symbol_file_options,
     warn_once,
 )
 
@@ -109,8 +109,7 @@ def _cached_or_started(path: str, info: ModuleInfo) -> tuple[SymbolFile | None, 
     this too, for a module the callback may never be asked for."""
     from sframe_core.symfiles.symfile import cached_symbol_file
 
-    before_entry = not merges_symbol_file_eh_frame()
-    result = cached_symbol_file(path, before_entry=before_entry, module=info)
+    result = cached_symbol_file(path, module=info, **symbol_file_options())
     if result is None and in_background(path):
         start_job(path)
         return None, True
@@ -139,8 +138,7 @@ def _symbol_file(path: str) -> str | None:
         if started:
             return None  # not decided: a later module of that file may find it cached
         if result is None:
-            result = symbol_file_now(path, before_entry=not merges_symbol_file_eh_frame(),
-                                     module=info)
+            result = symbol_file_now(path, module=info, **symbol_file_options())
         if result.warning:
             warn_once(("symfile-warning", result.warning), result.warning)
         if result.debug_source is None or keeps_addresses_when_debug_info_is_replaced():

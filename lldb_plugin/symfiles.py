@@ -62,9 +62,9 @@ from .state import (
     keeps_addresses_when_debug_info_is_replaced,
     late_add_keeps_types,
     lldb_major,
-    merges_symbol_file_eh_frame,
     providers_supported,
     routes,
+    symbol_file_options,
     target_key,
     warn_once,
 )
@@ -146,7 +146,7 @@ def _generate(path: str) -> str:
     ``.gnu_debuglink``), so adding it never loses variables or line tables.
     """
     from sframe_core.symfiles.jobs import symbol_file_now
-    made = symbol_file_now(path, before_entry=not merges_symbol_file_eh_frame())
+    made = symbol_file_now(path, **symbol_file_options())
     if made.warning:
         warn_once(("symfile-warning", made.warning), made.warning)
     return made.path
@@ -233,7 +233,7 @@ def _result(job: Job, at_stop: bool) -> JobResult | None:
 def _now_or_later(target: lldb.SBTarget, path: str, at_stop: bool) -> str | None:
     """The symbol file to add now, or None: a worker makes it, the provider serves meanwhile."""
     from sframe_core.symfiles.symfile import cached_symbol_file
-    cached = cached_symbol_file(path, before_entry=not merges_symbol_file_eh_frame())
+    cached = cached_symbol_file(path, **symbol_file_options())
     if cached is not None:
         if cached.warning:
             warn_once(("symfile-warning", cached.warning), cached.warning)
