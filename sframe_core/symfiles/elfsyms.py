@@ -90,10 +90,12 @@ def numbered_symbols(ranges: Sequence[tuple[int, int]], sections: Sequence[Secti
     - Then, numbered on from there (``ParseUnwindSymbols``: the last
       symbol's id plus one, in address order), one function symbol per FDE
       the twin's ``.eh_frame`` has and no symbol starts at, named
-      ``___lldb_unnamed_symbol<ID>``, its size left to LLDB (it sizes such a
-      symbol up to the next one, as it sizes its own). The twin's FDEs are
-      ours but in the PLT sections (``PLT_SECTIONS``), where ld gives each
-      section one FDE from its start, and ``twin_starts`` (``crt1_stub``).
+      ``___lldb_unnamed_symbol<ID>``, with its FDE's range (as 21's file:
+      LLDB picks a function's CFI by its bounds). The twin's FDEs are ours
+      but in the PLT sections (``PLT_SECTIONS``), where ld gives each
+      section one FDE from its start, and ``twin_starts`` (``crt1_stub``):
+      those have no size, which LLDB makes up to the next symbol, as on the
+      twin (a PLT stub's trampoline symbol, in the PLT).
     - Then ``extra`` (name, section index, address, size) as function
       symbols, numbered after all that (no name of the twin's moves).
 
@@ -120,19 +122,24 @@ def numbered_symbols(ranges: Sequence[tuple[int, int]], sections: Sequence[Secti
         last = len(entries) + plt_relocations - 1
     plts = [(sec.addr, sec.size) for sec in sections if sec.name in PLT_SECTIONS and sec.size]
     executable = executable_sections(sections)
-    starts = {addr for addr, _ in plts} | set(twin_starts)
+    # start -> size: an FDE's own; 0 (LLDB sizes it up to the next symbol, as
+    # on the twin) for a PLT section's, which holds the stubs' symbols too,
+    # and for the twin's own.
+    starts = dict.fromkeys([addr for addr, _ in plts] + list(twin_starts), 0)
     for start, size in ranges:
         if size > 0:
-            starts.add(next((addr for addr, span in plts if addr <= start < addr + span), start))
+            plt_start = next((addr for addr, span in plts if addr <= start < addr + span), None)
+            if plt_start is None:
+                starts.setdefault(start, size)
     symtab = bytearray(dynsym)
     symtab += bytes(24 * max(0, last + 1 - len(entries)))  # the trampolines' ids
     strtab = bytearray(dynstr or b"\0")
     names: list[tuple[bytes, int, int, int]] = []
-    for start in sorted(starts - known):
+    for start in sorted(starts.keys() - known):
         index = next((i for i, addr, span in executable if addr <= start < addr + span), None)
         if index is not None:
             last += 1
-            names.append((f"{NUMBERED_PREFIX}{last}".encode(), index, start, 0))
+            names.append((f"{NUMBERED_PREFIX}{last}".encode(), index, start, starts[start]))
     names.extend(extra)
     if not names:
         return None
