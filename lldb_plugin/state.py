@@ -101,6 +101,7 @@ class Route(NamedTuple):
     detail: str  # the symbol file added, or why not
     provider_helps: bool = True  # False: its SFrame data is unusable anyway
     since: float = 0.0  # PENDING: when it started waiting (time.monotonic)
+    note: str = ""  # NATIVE: what LLDB still lacks, for ``sframe status``
 
 
 # target key -> module key -> Route. Survives a re-import of the package.

@@ -165,6 +165,58 @@ def test_stripped(version: str, demo: Path) -> None:
     assert sum(bool(f.name and f.name.startswith(unnamed)) for f in twin) >= 3, want
 
 
+# Every LLDB here: Debian's and PyPI's 20 (VERSIONS), and PyPI's 21-23.
+ALL_VERSIONS = [*VERSIONS, "21", "22", "23"]
+
+
+def _late_import(version: str, path: Path, commands: list[str], *, plugin: bool) -> str:
+    """``target create PATH``, then (``plugin``) the plugin's import, then ``commands``."""
+    imported = [f"command script import {PLUGIN}"] if plugin else []
+    return run_lldb(version, [f"target create {path}", *imported, *commands], plugin=False)
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS)
+def test_stripped_imported_after_target_create(version: str, demo: Path) -> None:
+    """Stripped, the plugin imported after ``target create``: LLDB made the
+    module before the symbol file came, so the plugin makes it again with
+    the file (no process yet: ``seed.remake``): the twin's names, frames,
+    registers and variables."""
+    def commands(side: str) -> list[str]:
+        return [_stop_here(demo, "demost"), "process launch", *ASKED]
+    want = _late_import(version, demo / "twin" / "demost", commands("twin"), plugin=False)
+    got = _late_import(version, demo / "noeh" / "demost", [*commands("noeh"), "sframe status"],
+                       plugin=True)
+    assert "Traceback" not in got, got
+    assert len(parse_bt(command_output(want, "bt"))) == 8, want
+    _same(want, got, ASKED)
+    assert "demost: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+    assert "not named" not in _status(got), got
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS)
+def test_stripped_imported_after_a_breakpoint(version: str, demo: Path) -> None:
+    """A breakpoint in the stripped module before the import: the module is
+    not made again (its address breakpoint would find no location in the new
+    one), and ``sframe status`` says in one line what LLDB lacks: from 19 the
+    frames are the twin's and the line says the names are not; 14 and 16
+    make no unwind plan from a file added late, which the line says."""
+    path = demo / "noeh" / "demost"
+    got = run_lldb(version, [f"target create {path}", _stop_here(demo, "demost"),
+                             f"command script import {PLUGIN}", "process launch", "bt",
+                             "sframe status", "sframe bt"], plugin=False)
+    twin = [f.pc for f in parse_bt(command_output(run_lldb(
+        version, [f"target create {demo / 'twin' / 'demost'}", _stop_here(demo, "demost"),
+                  "process launch", "bt"], plugin=False), "bt"))]
+    lines = [line for line in _status(got).splitlines() if line.startswith("demost:")]
+    assert len(lines) == 1, got
+    assert [f.pc for f in parse_bt(command_output(got, "sframe bt"))] == twin, got
+    if major(version) < 19:
+        assert f"not on the native route: LLDB {major(version)} took" in lines[0], got
+        return
+    assert [f.pc for f in parse_bt(command_output(got, "bt"))] == twin, got
+    assert "are not named as on the twin" in lines[0], got
+
+
 @pytest.fixture(scope="module")
 def cores(demo: Path) -> Path:
     """gcore cores of demo (-g) and demog0 stopped in stop_here, twin's and .noeh's."""
@@ -366,6 +418,54 @@ def test_library_g(version: str, library: Path) -> None:
                    program=str(library / "noeh" / "uselib"))
     _same(want, got, ASKED)
     assert "debug_frame UnwindPlan" in command_output(got, "image show-unwind -n lib_b"), got
+    assert "libsf.so: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+
+
+@pytest.fixture(scope="module")
+def stripped_library(demo: Path) -> Path:
+    """libsf.c at -O2 -g0, ``strip --strip-all``, in lib/ of twin/ and noeh/
+    (the .noeh side's without .eh_frame), and uselib.c at -O2 -g beside it
+    (with its .eh_frame): a stripped library whose exported functions LLDB
+    names from ``.dynsym``, the rest after its own unnamed symbols."""
+    source = ROOT / "tests" / "fixtures" / "src"
+    flags = ["gcc", "-O2", "-fomit-frame-pointer", "-Wa,--gsframe", "-I", str(source)]
+    for side in ("twin", "noeh"):
+        out = demo / side / "lib"
+        out.mkdir()
+        subprocess.run([*flags, "-g0", "-fPIC", "-shared", "-Wl,-soname,libsf.so", "-o",
+                        str(out / "libsf.so"), str(source / "libsf.c")], check=True)
+        subprocess.run(["strip", "--strip-all", str(out / "libsf.so")], check=True)
+        subprocess.run([*flags, "-g", "-o", str(out / "uselib"), str(source / "uselib.c"), "-L",
+                        str(out), "-lsf", "-Wl,-rpath,$ORIGIN"], check=True)
+        if side == "noeh":
+            subprocess.run(["objcopy", "--remove-section=.eh_frame",
+                            "--remove-section=.eh_frame_hdr", str(out / "libsf.so")], check=True)
+    return demo
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["first", "late"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
+def test_stripped_library(version: str, late: bool, stripped_library: Path) -> None:
+    """A stripped library without .eh_frame, the plugin imported first
+    (``lldb FILE``) or after ``target create`` (the library is loaded at
+    ``run``: the locate-module callback from 17, the module list on 14 and
+    16, or the first stop): the twin's frames, registers and variables, and
+    on 14-20 the twin's names (``.dynsym``'s ``lib_a``, ``lib_b``,
+    ``lib_stop``). 21-23's file names the library's functions by address
+    (docs/lldb.md (c)): there the names are not asserted."""
+    def commands() -> list[str]:
+        return ["breakpoint set -n stop_here", "process launch", *ASKED]
+    twin, noeh = (stripped_library / side / "lib" / "uselib" for side in ("twin", "noeh"))
+    want = run_lldb(version, commands(), plugin=False, program=str(twin))
+    if late:
+        got = _late_import(version, noeh, [*commands(), "sframe status"], plugin=True)
+    else:
+        got = run_lldb(version, [*commands(), "sframe status"], program=str(noeh))
+    assert "Traceback" not in got, got
+    frames = parse_bt(command_output(want, "bt"))
+    assert [f.name for f in frames if f.module == "libsf.so"] == ["lib_stop", "lib_b", "lib_a"]
+    assert [f.pc for f in parse_bt(command_output(got, "bt"))] == [f.pc for f in frames], got
+    _same(want, got, ASKED[2:] if major(version) >= 21 else ASKED)
     assert "libsf.so: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
 
 
