@@ -545,6 +545,33 @@ def test_lldb21_symbol_file_gives_the_byte_before_the_entry_point_an_unnamed_sym
             assert rules[0][16].type == "UNDEFINED"  # the RA (rip)
 
 
+def test_stripped_library_symbol_file_has_its_exported_symbols(tmp_path: Path) -> None:
+    """LLDB reads no .dynsym beside a .symtab: a stripped library's symbol
+    file (21-23's, 21's too) carries .dynsym's defined symbols, and no
+    made-up symbol where one of them starts (elfsyms.with_dynamic); a
+    stripped executable's file, whose .dynsym defines nothing, has none."""
+    from elftools.elf.elffile import ELFFile
+
+    from sframe_core.symfiles import symfile
+    from sframe_core.symfiles.elfsyms import SYMBOL_PREFIX
+    for kwargs in ({}, {"before_entry": True}):
+        made = symfile.symbol_file_for(str(_need(V3 / "libsf.so.noeh.stripped")),
+                                       cache=str(tmp_path), **kwargs)
+        with open(made.path, "rb") as stream:
+            symtab = ELFFile(stream).get_section_by_name(".symtab")
+            symbols = {s.name: (s["st_value"], s["st_info"]["type"]) for s in symtab.iter_symbols()}
+            local_tail = [s["st_info"]["bind"] for s in symtab.iter_symbols()][:symtab["sh_info"]]
+        for name in ("lib_a", "lib_b", "lib_stop"):
+            address = symbol_address(V3 / "libsf.so", name)
+            assert symbols[name] == (address, "STT_FUNC")
+            assert f"{SYMBOL_PREFIX}{address:x}" not in symbols
+        assert set(local_tail) == {"STB_LOCAL"}
+    made = symfile.symbol_file_for(str(_need(V3 / "deep.noeh.stripped")), cache=str(tmp_path))
+    with open(made.path, "rb") as stream:
+        names = [s.name for s in ELFFile(stream).get_section_by_name(".symtab").iter_symbols()]
+    assert all(not name or name.startswith(SYMBOL_PREFIX) for name in names), names
+
+
 @pytest.mark.parametrize("name,twin_name", [("deep.noeh.stripped", "deep"),
                                             ("deep-nopie.noeh.stripped", "deep-nopie"),
                                             ("libsf.so.noeh.stripped", "libsf.so")])

@@ -26,7 +26,8 @@ from collections.abc import Sequence
 
 from ..base.files import SectionHeader
 
-__all__ = ["function_symbols", "numbered_symbols", "crt1_stub", "executable_sections",
+__all__ = ["function_symbols", "numbered_symbols", "crt1_stub", "defined_dynamic", "with_dynamic",
+           "executable_sections",
            "SYMBOL_PREFIX", "STUB_WINDOW",
            "NUMBERED_PREFIX", "PLT_SECTIONS"]
 
@@ -158,6 +159,36 @@ def numbered_symbols(ranges: Sequence[tuple[int, int]], sections: Sequence[Secti
 # other starts at the next 16-byte boundary, as ret or endbr64; ret.
 _STUB_BODIES = (b"\xc3", b"\xf3\x0f\x1e\xfa\xc3")
 STUB_WINDOW = 80  # bytes from e_entry that hold both
+
+
+def defined_dynamic(dynsym: bytes, big_endian: bool) -> set[int]:
+    """The addresses of ``.dynsym``'s defined, named symbols (a library's
+    exported functions and data): LLDB names what starts there after them."""
+    if len(dynsym) % 24:
+        return set()
+    endian = ">" if big_endian else "<"
+    return {value for name, _, _, shndx, value, _ in
+            (struct.unpack_from(endian + "IBBHQQ", dynsym, at) for at in range(0, len(dynsym), 24))
+            if name and shndx != _SHN_UNDEF and shndx < _SHN_LORESERVE}
+
+
+def with_dynamic(symtab: bytes, strtab: bytes, locals_: int, dynsym: bytes, dynstr: bytes,
+                 big_endian: bool) -> tuple[bytes, bytes, int]:
+    """``symtab`` (``locals_`` local symbols first) and ``strtab`` with
+    ``.dynsym``'s entries too (LLDB 21-23's file of a stripped module that
+    exports symbols: LLDB reads no ``.dynsym`` beside our ``.symtab``, and
+    the twin names those functions after it). ``dynstr`` goes first in the
+    string table, so ``.dynsym``'s name offsets hold; the locals stay first."""
+    endian = ">" if big_endian else "<"
+    shift = len(dynstr)
+    ours = [struct.unpack_from(endian + "IBBHQQ", symtab, at) for at in range(24, len(symtab), 24)]
+    moved = [struct.pack(endian + "IBBHQQ", name + shift, *rest) for name, *rest in ours]
+    entries = [dynsym[at:at + 24] for at in range(24, len(dynsym) - len(dynsym) % 24, 24)]
+    dyn_locals = [e for e in entries if e[4] >> 4 == _STB_LOCAL]
+    dyn_globals = [e for e in entries if e[4] >> 4 != _STB_LOCAL]
+    table = (bytes(24) + b"".join(moved[:locals_ - 1]) + b"".join(dyn_locals)
+             + b"".join(moved[locals_ - 1:]) + b"".join(dyn_globals))
+    return table, dynstr + strtab, locals_ + len(dyn_locals)
 
 
 def crt1_stub(code: bytes, entry: int) -> int | None:

@@ -54,7 +54,15 @@ from ..version import GENERATOR
 from . import cache as symcache
 from . import lock as filelock
 from .debug_files import build_id_path, crc32_of, debug_source, has_debug_information
-from .elfsyms import STUB_WINDOW, crt1_stub, executable_sections, function_symbols, numbered_symbols
+from .elfsyms import (
+    STUB_WINDOW,
+    crt1_stub,
+    defined_dynamic,
+    executable_sections,
+    function_symbols,
+    numbered_symbols,
+    with_dynamic,
+)
 from .frames import Frames, Plan, fde_ranges, frames_for
 from .module_headers import ModuleInfo, read_module
 
@@ -192,7 +200,7 @@ def _layout(module: ModuleInfo, base: ModuleInfo, frames: Frames,
             _provide_numbered_symbols(sections, module, frames, provide)
         else:
             _provide_function_symbols(sections, frames.debug, module.big_endian, provide,
-                                      frames.gap)
+                                      frames.gap, module)
     elif symbols and frames.gap is not None:
         _provide_gap_symbol(sections, src, module.big_endian, provide, frames.gap)
     if debuglink is not None:
@@ -231,17 +239,25 @@ def _chunks(path: str, sec: _Section) -> Callable[[], Iterator[bytes]]:
 
 def _provide_function_symbols(sections: list[_Section], frame: bytes, big_endian: bool,
                               provide: Callable[[str, bytes, int], None],
-                              gap: int | None = None) -> None:
+                              gap: int | None = None, module: ModuleInfo | None = None) -> None:
     """A stripped module: one function symbol per FDE, which LLDB needs (see
-    ``elfsyms``); the FDE at ``gap`` gets the unnamed one (``frames._before_entry``)."""
+    ``elfsyms``); the FDE at ``gap`` gets the unnamed one (``frames._before_entry``).
+    A module that exports symbols (``module``'s ``.dynsym``: a library) has
+    them in the table too, and no FDE symbol where one starts (``elfsyms.with_dynamic``)."""
+    dynsym = _module_bytes(module, ".dynsym") if module is not None else b""
+    exported = defined_dynamic(dynsym, big_endian)
     spans = fde_ranges(frame, big_endian) or []
-    made = function_symbols([(start, end - start) for start, end in spans if start != gap],
+    made = function_symbols([(start, end - start) for start, end in spans
+                             if start != gap and start not in exported],
                             executable_sections(sections), big_endian)
     if made is None:
         return
     symtab, strtab, count = made
     if gap is not None:
         symtab, strtab, count = _with_gap_symbol(symtab, strtab, count, sections, big_endian, gap)
+    if exported and module is not None:
+        symtab, strtab, count = with_dynamic(symtab, strtab, count, dynsym,
+                                             _module_bytes(module, ".dynstr"), big_endian)
     _set_symbols(sections, provide, ".symtab", ".strtab", symtab, strtab, count)
 
 
@@ -519,11 +535,22 @@ def _cache_name(plan: Plan) -> str:
         digest.update(b"an unnamed symbol before the entry point\0")
     if plan.numbered:
         digest.update(b"LLDB 14-20's symbol table, its unnamed symbols numbered\0")
+    elif _exports(plan):
+        digest.update(b"the symbols .dynsym defines\0")
     if not saved_registers():
         # Turned off (a control run, or no capstone wanted): the rules differ.
         digest.update(b"no saved-register rules\0")
     prefix = plan.module.build_id or "nobuildid"
     return f"{prefix}-{digest.hexdigest()[:20]}.debug"
+
+
+def _exports(plan: Plan) -> bool:
+    """Does the file of ``plan`` carry ``.dynsym``'s defined symbols
+    (``_provide_function_symbols``: a stripped module that exports some)?"""
+    return (plan.symbols and plan.base.section(".symtab") is None
+            and plan.base.section(".debug_info") is None
+            and bool(defined_dynamic(_module_bytes(plan.module, ".dynsym"),
+                                     plan.module.big_endian)))
 
 
 def _usable_dir(directory: str) -> str | None:
