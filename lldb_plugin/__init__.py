@@ -71,6 +71,7 @@ def _install(debugger) -> None:
     the locate-module callback, the module put in LLDB's list for ``lldb FILE``."""
     from . import hooks, locate, overrides, registry, seed, state, symfiles
     registry.supported()  # worked out here, before any locate-module callback asks
+    state.numbers_unnamed_symbols()  # likewise
     if symfiles.enabled():
         seed.seed_command_line()
     if symfiles.enabled():

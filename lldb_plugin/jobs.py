@@ -13,7 +13,7 @@ import os
 from sframe_core.base import settings
 from sframe_core.symfiles.jobs import Job
 
-from .state import SETTING_ENV, late_add_keeps_types, providers_supported
+from .state import SETTING_ENV, late_add_keeps_types, providers_supported, symbol_file_options
 
 __all__ = ["start_job", "job_for", "in_background"]
 
@@ -38,7 +38,7 @@ def start_job(path: str) -> Job:
     key = _job_key(path)
     job = _jobs.get(key)
     if job is None:
-        job = _jobs[key] = Job(key[0], lambda result: None)
+        job = _jobs[key] = Job(key[0], lambda result: None, **symbol_file_options())
     return job
 
 

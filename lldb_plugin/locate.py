@@ -44,7 +44,7 @@ from .jobs import in_background, start_job
 from .state import (
     enabled,
     keeps_addresses_when_debug_info_is_replaced,
-    merges_symbol_file_eh_frame,
+    symbol_file_options,
     warn,
     warn_once,
 )
@@ -112,8 +112,7 @@ def _cached_or_started(path: str, info: ModuleInfo) -> tuple[SymbolFile | None, 
     this too, for a module the callback may never be asked for."""
     from sframe_core.symfiles.symfile import cached_symbol_file
 
-    before_entry = not merges_symbol_file_eh_frame()
-    result = cached_symbol_file(path, before_entry=before_entry, module=info)
+    result = cached_symbol_file(path, module=info, **symbol_file_options())
     if result is None and in_background(path):
         start_job(path)
         return None, True
@@ -141,9 +140,9 @@ def _symbol_file(path: str, *, now: bool = False) -> str | None:
     info = read_module(path)
     made = None
     if _served(info):
-        before_entry = not merges_symbol_file_eh_frame()
+        options = symbol_file_options()
         if now:
-            result = cached_symbol_file(path, before_entry=before_entry, module=info)
+            result = cached_symbol_file(path, module=info, **options)
         else:
             result, started = _cached_or_started(path, info)
             if started:
@@ -151,7 +150,7 @@ def _symbol_file(path: str, *, now: bool = False) -> str | None:
         if result is None:
             if now:
                 _say_making(path)
-            result = symbol_file_now(path, before_entry=before_entry, module=info)
+            result = symbol_file_now(path, module=info, **options)
         if result.warning:
             warn_once(("symfile-warning", result.warning), result.warning)
         if result.debug_source is None or keeps_addresses_when_debug_info_is_replaced():

@@ -47,7 +47,7 @@ from sframe_core.base.files import elf_layout, open_elf
 from . import locate
 from .state import enabled, keeps_addresses_when_debug_info_is_replaced
 
-__all__ = ["seed", "seed_command_line", "refresh", "driver_files"]
+__all__ = ["seed", "seed_command_line", "refresh", "driver_files", "remake", "stripped"]
 
 # FILE -> (the module made for it, the copy it is made from or None, FILE's stat then).
 _seeded: dict[str, tuple[lldb.SBModule, str | None, tuple[int, int, int]]] = {}
@@ -191,3 +191,75 @@ def seed_command_line() -> None:
         return
     for path in driver_files(argv[at + 1:]):
         seed(path)
+
+
+def stripped(path: str) -> bool:
+    """Has the module at ``path`` neither a symbol table nor debug information
+    (``strip --strip-all``): LLDB names its functions only from our file's?"""
+    with open_elf(path) as stream:
+        layout = elf_layout(stream, path)
+    names = {s.name for s in layout.sections if s.size}
+    return not names & {".symtab", ".debug_info"}
+
+
+def remake(target: lldb.SBTarget, files: dict[str, str]) -> set[str]:
+    """Give the stripped modules of ``target`` at ``files``' paths their
+    symbol files (``files``: path -> symbol file) as LLDB makes them anew;
+    the paths it did.
+
+    A module's symbol table is built once, when the target is created: a
+    symbol file added to a stripped module later is read for its CFI, not
+    for its function symbols (``Module::SetSymbolFileFileSpec`` clears the
+    table of the symbol file it replaces, and a stripped module had none),
+    so its frames have no names (the plugin imported after ``target
+    create``). Before a process exists nothing holds the module but the
+    target and LLDB's shared module list: every module is taken out of the
+    target, those modules dropped from the list
+    (``SBDebugger.MemoryPressureDetected``: the modules no one holds), made
+    again with the symbol file from the start (``SBModule(SBModuleSpec)``),
+    and all put back in their order (the first stays the executable): the
+    modules from the first of them on. Observed on 14, 16, 19, 20, 21, 22
+    and 23. The caller holds no SBModule of them. A module LLDB still holds
+    elsewhere comes back as it was (not in the result). Not done where a
+    breakpoint has a location in a module to take out: an address
+    breakpoint (``-a ADDR -s MODULE``, all a stripped module has) then finds
+    no location in the module made again (its address was the old
+    module's section's), and a breakpoint is worth more than names."""
+    if not files or target.GetProcess().IsValid():
+        return set()
+    paths = [target.GetModuleAtIndex(i).GetFileSpec().fullpath
+             for i in range(target.GetNumModules())]
+    first = next((i for i, path in enumerate(paths) if path in files), None)
+    if first is None or _breakpoints_in(target, set(paths[first:])):
+        return set()
+    kept = [target.GetModuleAtIndex(i) if path not in files else None
+            for i, path in enumerate(paths)][first:]
+    while target.GetNumModules() > first:
+        if not target.RemoveModule(target.GetModuleAtIndex(first)):
+            break
+    lldb.SBDebugger.MemoryPressureDetected()
+    done = set()
+    for path, module in zip(paths[first:], kept, strict=True):
+        if module is None:
+            spec = lldb.SBModuleSpec()
+            spec.SetFileSpec(lldb.SBFileSpec(path))
+            spec.SetSymbolFileSpec(lldb.SBFileSpec(files[path]))
+            module = lldb.SBModule(spec)
+            if os.path.realpath(module.GetSymbolFileSpec().fullpath or "") == \
+                    os.path.realpath(files[path]):
+                done.add(path)
+        if module.IsValid():
+            target.AddModule(module)
+    return done
+
+
+def _breakpoints_in(target: lldb.SBTarget, paths: set[str | None]) -> bool:
+    """Has a breakpoint of ``target`` a location in a module at one of ``paths``?"""
+    for i in range(target.GetNumBreakpoints()):
+        breakpoint = target.GetBreakpointAtIndex(i)
+        for j in range(breakpoint.GetNumLocations()):
+            module = breakpoint.GetLocationAtIndex(j).GetAddress().GetModule()
+            if module.IsValid() and module.GetFileSpec().fullpath in paths:
+                return True
+    return False
+

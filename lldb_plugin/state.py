@@ -15,7 +15,7 @@ import importlib
 import re
 import sys
 from collections.abc import Callable
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, TypedDict, TypeVar
 
 import lldb
 
@@ -24,6 +24,7 @@ from sframe_core.base import settings
 __all__ = ["target_key", "warn", "warn_once", "Route", "NATIVE", "FAILED", "PROVIDER", "PENDING",
            "ENV", "SETTING_ENV", "enabled", "routes", "is_native",
            "keeps_addresses_when_debug_info_is_replaced", "late_add_keeps_types", "lldb_major",
+           "numbers_unnamed_symbols", "symbol_file_options",
            "providers_supported", "in_stop_hook", "remember", "TARGETS_KEPT", "Registrations",
            "registrations"]
 
@@ -100,6 +101,7 @@ class Route(NamedTuple):
     detail: str  # the symbol file added, or why not
     provider_helps: bool = True  # False: its SFrame data is unusable anyway
     since: float = 0.0  # PENDING: when it started waiting (time.monotonic)
+    note: str = ""  # NATIVE: what LLDB still lacks, for ``sframe status``
 
 
 # target key -> module key -> Route. Survives a re-import of the package.
@@ -147,6 +149,37 @@ def merges_symbol_file_eh_frame() -> bool:
     (``frames._before_entry``). The SB API that came with 22,
     ``SBThread.GetFrames``, stands in for it."""
     return hasattr(lldb.SBThread, "GetFrames")
+
+
+def numbers_unnamed_symbols() -> bool:
+    """Does this LLDB name the functions it finds only in ``.eh_frame`` by
+    their symbol id (``___lldb_unnamed_symbol17``)? 14.0.6, 16.0.6, 19.1.7
+    and 20.1.8 do, 21 and later name them by address
+    (``___lldb_unnamed_symbol_11c0``, ``Symbol::SynthesizeNameIfNeeded``):
+    a stripped module then gets a symbol table numbered as theirs
+    (``sframe_core.symfiles.elfsyms.numbered_symbols``). A name format, not
+    an API: the version says it (an unknown version: 21's). Worked out once
+    (the locate-module callback asks too, where it makes no SB call)."""
+    global _numbers
+    if _numbers is None:
+        major = lldb_major()
+        _numbers = major is not None and major < 21
+    return _numbers
+
+
+_numbers: bool | None = None
+
+
+class SymbolFileOptions(TypedDict):
+    before_entry: bool
+    numbered_names: bool
+
+
+def symbol_file_options() -> SymbolFileOptions:
+    """Which symbol file this LLDB gets (``symfile.symbol_file_for``'s
+    options): every caller asks for the same file."""
+    return SymbolFileOptions(before_entry=not merges_symbol_file_eh_frame(),
+                             numbered_names=numbers_unnamed_symbols())
 
 
 def late_add_keeps_types() -> bool:

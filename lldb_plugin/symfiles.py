@@ -62,9 +62,9 @@ from .state import (
     keeps_addresses_when_debug_info_is_replaced,
     late_add_keeps_types,
     lldb_major,
-    merges_symbol_file_eh_frame,
     providers_supported,
     routes,
+    symbol_file_options,
     target_key,
     warn_once,
 )
@@ -146,7 +146,7 @@ def _generate(path: str) -> str:
     ``.gnu_debuglink``), so adding it never loses variables or line tables.
     """
     from sframe_core.symfiles.jobs import symbol_file_now
-    made = symbol_file_now(path, before_entry=not merges_symbol_file_eh_frame())
+    made = symbol_file_now(path, **symbol_file_options())
     if made.warning:
         warn_once(("symfile-warning", made.warning), made.warning)
     return made.path
@@ -157,7 +157,7 @@ def _quote(text: str) -> str:
 
 
 def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule,
-         at_stop: bool) -> Route:
+         at_stop: bool, remakes: dict[str, str]) -> Route:
     name = _name(module)
     path = module.GetFileSpec().fullpath
     if not path or not os.path.isfile(path):
@@ -175,6 +175,9 @@ def _add(debugger: lldb.SBDebugger, target: lldb.SBTarget, module: lldb.SBModule
     if symbol_file is None:
         return Route(PENDING, name, "its symbol file is being made by a worker process",
                      since=time.monotonic())
+    if not target.GetProcess().IsValid() and seed.stripped(path):
+        remakes[path] = symbol_file  # made again with it, once no SBModule is held (``seed.remake``)
+        return Route(NATIVE, name, symbol_file)
     return _symbols_add(debugger, target, path, name, symbol_file)
 
 
@@ -233,7 +236,7 @@ def _result(job: Job, at_stop: bool) -> JobResult | None:
 def _now_or_later(target: lldb.SBTarget, path: str, at_stop: bool) -> str | None:
     """The symbol file to add now, or None: a worker makes it, the provider serves meanwhile."""
     from sframe_core.symfiles.symfile import cached_symbol_file
-    cached = cached_symbol_file(path, before_entry=not merges_symbol_file_eh_frame())
+    cached = cached_symbol_file(path, **symbol_file_options())
     if cached is not None:
         if cached.warning:
             warn_once(("symfile-warning", cached.warning), cached.warning)
@@ -279,7 +282,40 @@ def _symbols_add(debugger: lldb.SBDebugger, target: lldb.SBTarget, path: str, na
     if not result.Succeeded():
         return Route(FAILED, name, f"LLDB refused {symbol_file}: "
                      f"{(result.GetError() or 'no reason given').strip()}")
-    return Route(NATIVE, name, symbol_file)
+    return Route(NATIVE, name, symbol_file, note=_names_missing(target, path))
+
+
+def _names_missing(target: lldb.SBTarget, path: str) -> str:
+    """Why a stripped module's functions have no names after a late add, or "".
+
+    LLDB builds a module's symbol table once, and a symbol file added to a
+    stripped module later (which had no symbol file of its own to replace)
+    is read for its CFI, not for its function symbols (``seed.remake``):
+    asked of LLDB at the module's first function outside the PLT (a symbol
+    starting there, or none)."""
+    try:
+        if not seed.stripped(path):
+            return ""
+        from sframe_core.format.elf import read_elf
+        info = read_elf(path)
+        section = info.open()
+        with open_elf(path) as stream:
+            plts = [(s.addr, s.size) for s in elf_layout(stream, path).sections
+                    if s.name.startswith(".plt")]
+        start = next((start for start, size in (section.extents() if section else ())
+                      if size > 0 and not any(a <= start < a + n for a, n in plts)), None)
+    except (SFrameError, OSError, ValueError):
+        return ""
+    module = target.FindModule(lldb.SBFileSpec(path))
+    if start is None or not module.IsValid():
+        return ""
+    symbol = module.ResolveFileAddress(start).GetSymbol()
+    if symbol.IsValid() and symbol.GetStartAddress().GetFileAddress() == start:
+        return ""
+    return ("its functions are not named as on the twin (none in frame 0): LLDB built the "
+            "module's symbol table before the symbol file was added and keeps it (a symbol file "
+            "added later gives a stripped module its CFI, not its function symbols); import the "
+            "plugin before 'target create' (~/.lldbinit) for the twin's names")
 
 
 def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget, *,
@@ -290,7 +326,9 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget, *,
         return []
     seed.refresh()
     seen = _routes.setdefault(target_key(target), {})
-    new = []
+    new: list[Route] = []
+    remakes: dict[str, str] = {}
+    keys: dict[str, tuple[str, str]] = {}
     for module in target.module_iter():
         key = _module_key(module)
         old = seen.get(key)
@@ -331,15 +369,37 @@ def route_target(debugger: lldb.SBDebugger, target: lldb.SBTarget, *,
                 seen[key] = route
                 new.append(route)
                 continue
-            route = _add(debugger, target, module, at_stop)
+            route = _add(debugger, target, module, at_stop, remakes)
         except Exception as exc:  # noqa: BLE001 - one line, LLDB keeps working
             route = Route(FAILED, _name(module), f"{type(exc).__name__}: {exc}")
+        keys[key[0]] = key
         seen[key] = route
         new.append(route)
         if route.kind == FAILED:
             warn_once(("route", key), f"{route.name}: no SFrame symbol file for LLDB's "
                       f"unwinder: {route.detail}")
+    if remakes:
+        del module  # the last one iterated: held, LLDB would not make it again
+        _remake(debugger, target, remakes, keys, seen, new)
     return new
+
+
+def _remake(debugger: lldb.SBDebugger, target: lldb.SBTarget, remakes: dict[str, str],
+            keys: dict[str, tuple[str, str]], seen: dict[tuple[str, str], Route],
+            new: list[Route]) -> None:
+    """Stripped modules made before the plugin was imported, no process yet:
+    made again with their symbol files (``seed.remake``), which gives them
+    their names; a module that could not be is given its file as any other."""
+    try:
+        done = seed.remake(target, remakes)
+    except Exception:  # noqa: BLE001 - each module is given its file below
+        done = set()
+    for path, symbol_file in remakes.items():
+        if path in done:
+            continue
+        key = keys[path]
+        route = _symbols_add(debugger, target, path, seen[key].name, symbol_file)
+        new[new.index(seen[key])] = seen[key] = route
 
 
 def needs_provider(target: lldb.SBTarget) -> bool:
@@ -407,7 +467,8 @@ def _route_lines(target: lldb.SBTarget, debugger: lldb.SBDebugger | None) -> lis
                          f"-a {missing:#x}'): LLDB's own unwinder without SFrame; 'sframe bt' "
                          "has the SFrame frames")
         elif route.kind == NATIVE:
-            lines.append(f"{route.name}: LLDB's own unwinder, .debug_frame from SFrame in {route.detail}")
+            lines.append(f"{route.name}: LLDB's own unwinder, .debug_frame from SFrame in "
+                         f"{route.detail}" + (f"; {route.note}" if route.note else ""))
         elif route.kind == PROVIDER:
             lines.append(f"{route.name}: the frame provider: {route.detail}")
         elif route.kind == PENDING:

@@ -156,18 +156,68 @@ def test_stripped(version: str, create: str, demo: Path) -> None:
     after the import: the module is made with its symbol file from the start
     (``seed``), so LLDB's symbol table has the file's function symbols: the
     twin's pcs, registers and variables everywhere (14 and 16 had no unwind
-    plan from a file added later), and from 21 on the twin's names too.
-    14-20 number their unnamed symbols (``___lldb_unnamed_symbol17``) where
-    the file names them by address (docs/lldb.md): the names are not
-    asserted there."""
+    plan from a file added later), and the twin's names: 14-20 number their
+    unnamed symbols (``___lldb_unnamed_symbol17``), and get a file whose
+    symbol table is numbered as the twin's."""
     want, got = _cell(version, demo, "demost", driver=create == "lldb FILE", create=create)
-    twin = [f.pc for f in parse_bt(command_output(want, "bt"))]
+    twin = parse_bt(command_output(want, "bt"))
     assert len(twin) == 8, want
+    assert [f.pc for f in parse_bt(command_output(got, "sframe bt"))] == [f.pc for f in twin], got
+    _same(want, got, ASKED)
+    unnamed = "___lldb_unnamed_symbol" + ("_" if major(version) >= 21 else "")
+    assert sum(bool(f.name and f.name.startswith(unnamed)) for f in twin) >= 3, want
+
+
+# Every LLDB here: Debian's and PyPI's 20 (VERSIONS), and PyPI's 21-23.
+ALL_VERSIONS = [*VERSIONS, "21", "22", "23"]
+
+
+def _late_import(version: str, path: Path, commands: list[str], *, plugin: bool) -> str:
+    """``target create PATH``, then (``plugin``) the plugin's import, then ``commands``."""
+    imported = [f"command script import {PLUGIN}"] if plugin else []
+    return run_lldb(version, [f"target create {path}", *imported, *commands], plugin=False)
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS)
+def test_stripped_imported_after_target_create(version: str, demo: Path) -> None:
+    """Stripped, the plugin imported after ``target create``: LLDB made the
+    module before the symbol file came, so the plugin makes it again with
+    the file (no process yet: ``seed.remake``): the twin's names, frames,
+    registers and variables."""
+    def commands(side: str) -> list[str]:
+        return [_stop_here(demo, "demost"), "process launch", *ASKED]
+    want = _late_import(version, demo / "twin" / "demost", commands("twin"), plugin=False)
+    got = _late_import(version, demo / "noeh" / "demost", [*commands("noeh"), "sframe status"],
+                       plugin=True)
+    assert "Traceback" not in got, got
+    assert len(parse_bt(command_output(want, "bt"))) == 8, want
+    _same(want, got, ASKED)
+    assert "demost: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+    assert "not named" not in _status(got), got
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS)
+def test_stripped_imported_after_a_breakpoint(version: str, demo: Path) -> None:
+    """A breakpoint in the stripped module before the import: the module is
+    not made again (its address breakpoint would find no location in the new
+    one), and ``sframe status`` says in one line what LLDB lacks: from 19 the
+    frames are the twin's and the line says the names are not; 14 and 16
+    make no unwind plan from a file added late, which the line says."""
+    path = demo / "noeh" / "demost"
+    got = run_lldb(version, [f"target create {path}", _stop_here(demo, "demost"),
+                             f"command script import {PLUGIN}", "process launch", "bt",
+                             "sframe status", "sframe bt"], plugin=False)
+    twin = [f.pc for f in parse_bt(command_output(run_lldb(
+        version, [f"target create {demo / 'twin' / 'demost'}", _stop_here(demo, "demost"),
+                  "process launch", "bt"], plugin=False), "bt"))]
+    lines = [line for line in _status(got).splitlines() if line.startswith("demost:")]
+    assert len(lines) == 1, got
     assert [f.pc for f in parse_bt(command_output(got, "sframe bt"))] == twin, got
+    if major(version) < 19:
+        assert f"not on the native route: LLDB {major(version)} took" in lines[0], got
+        return
     assert [f.pc for f in parse_bt(command_output(got, "bt"))] == twin, got
-    _same(want, got, ASKED[2:])
-    if major(version) >= 21:
-        _same(want, got, ASKED)
+    assert "are not named as on the twin" in lines[0], got
 
 
 @pytest.fixture(scope="module")
@@ -352,6 +402,53 @@ def test_library_g(version: str, library: Path) -> None:
                    program=str(library / "noeh" / "uselib"))
     _same(want, got, ASKED)
     assert "debug_frame UnwindPlan" in command_output(got, "image show-unwind -n lib_b"), got
+    assert "libsf.so: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+
+
+@pytest.fixture(scope="module")
+def stripped_library(demo: Path) -> Path:
+    """libsf.c at -O2 -g0, ``strip --strip-all``, in lib/ of twin/ and noeh/
+    (the .noeh side's without .eh_frame), and uselib.c at -O2 -g beside it
+    (with its .eh_frame): a stripped library whose exported functions LLDB
+    names from ``.dynsym``, the rest after its own unnamed symbols."""
+    source = ROOT / "tests" / "fixtures" / "src"
+    flags = ["gcc", "-O2", "-fomit-frame-pointer", "-Wa,--gsframe", "-I", str(source)]
+    for side in ("twin", "noeh"):
+        out = demo / side / "lib"
+        out.mkdir()
+        subprocess.run([*flags, "-g0", "-fPIC", "-shared", "-Wl,-soname,libsf.so", "-o",
+                        str(out / "libsf.so"), str(source / "libsf.c")], check=True)
+        subprocess.run(["strip", "--strip-all", str(out / "libsf.so")], check=True)
+        subprocess.run([*flags, "-g", "-o", str(out / "uselib"), str(source / "uselib.c"), "-L",
+                        str(out), "-lsf", "-Wl,-rpath,$ORIGIN"], check=True)
+        if side == "noeh":
+            subprocess.run(["objcopy", "--remove-section=.eh_frame",
+                            "--remove-section=.eh_frame_hdr", str(out / "libsf.so")], check=True)
+    return demo
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["first", "late"])
+@pytest.mark.parametrize("version", ALL_VERSIONS)
+def test_stripped_library(version: str, late: bool, stripped_library: Path) -> None:
+    """A stripped library without .eh_frame, the plugin imported first
+    (``lldb FILE``) or after ``target create`` (the library is loaded at
+    ``run``: the locate-module callback from 17, the module list on 14 and
+    16, or the first stop): the twin's frames, registers and variables, and
+    names (``.dynsym``'s ``lib_a``, ``lib_b``, ``lib_stop``, which the
+    symbol file carries: LLDB reads no ``.dynsym`` beside its ``.symtab``)."""
+    def commands() -> list[str]:
+        return ["breakpoint set -n stop_here", "process launch", *ASKED]
+    twin, noeh = (stripped_library / side / "lib" / "uselib" for side in ("twin", "noeh"))
+    want = run_lldb(version, commands(), plugin=False, program=str(twin))
+    if late:
+        got = _late_import(version, noeh, [*commands(), "sframe status"], plugin=True)
+    else:
+        got = run_lldb(version, [*commands(), "sframe status"], program=str(noeh))
+    assert "Traceback" not in got, got
+    frames = parse_bt(command_output(want, "bt"))
+    assert [f.name for f in frames if f.module == "libsf.so"] == ["lib_stop", "lib_b", "lib_a"]
+    assert [f.pc for f in parse_bt(command_output(got, "bt"))] == [f.pc for f in frames], got
+    _same(want, got, ASKED)
     assert "libsf.so: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
 
 

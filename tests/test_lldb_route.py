@@ -548,6 +548,75 @@ def test_lldb21_symbol_file_gives_the_byte_before_the_entry_point_an_unnamed_sym
             assert rules[0][16].type == "UNDEFINED"  # the RA (rip)
 
 
+def test_stripped_library_symbol_file_has_its_exported_symbols(tmp_path: Path) -> None:
+    """LLDB reads no .dynsym beside a .symtab: a stripped library's symbol
+    file (21-23's, 21's too) carries .dynsym's defined symbols, and no
+    made-up symbol where one of them starts (elfsyms.with_dynamic); a
+    stripped executable's file, whose .dynsym defines nothing, has none."""
+    from elftools.elf.elffile import ELFFile
+
+    from sframe_core.symfiles import symfile
+    from sframe_core.symfiles.elfsyms import SYMBOL_PREFIX
+    for kwargs in ({}, {"before_entry": True}):
+        made = symfile.symbol_file_for(str(_need(V3 / "libsf.so.noeh.stripped")),
+                                       cache=str(tmp_path), **kwargs)
+        with open(made.path, "rb") as stream:
+            symtab = ELFFile(stream).get_section_by_name(".symtab")
+            symbols = {s.name: (s["st_value"], s["st_info"]["type"]) for s in symtab.iter_symbols()}
+            local_tail = [s["st_info"]["bind"] for s in symtab.iter_symbols()][:symtab["sh_info"]]
+        for name in ("lib_a", "lib_b", "lib_stop"):
+            address = symbol_address(V3 / "libsf.so", name)
+            assert symbols[name] == (address, "STT_FUNC")
+            assert f"{SYMBOL_PREFIX}{address:x}" not in symbols
+        assert set(local_tail) == {"STB_LOCAL"}
+    made = symfile.symbol_file_for(str(_need(V3 / "deep.noeh.stripped")), cache=str(tmp_path))
+    with open(made.path, "rb") as stream:
+        names = [s.name for s in ELFFile(stream).get_section_by_name(".symtab").iter_symbols()]
+    assert all(not name or name.startswith(SYMBOL_PREFIX) for name in names), names
+
+
+@pytest.mark.parametrize("name,twin_name", [("deep.noeh.stripped", "deep"),
+                                            ("deep-nopie.noeh.stripped", "deep-nopie"),
+                                            ("libsf.so.noeh.stripped", "libsf.so")])
+def test_lldb14_20_symbol_file_numbers_the_twins_unnamed_symbols(
+        name: str, twin_name: str, tmp_path: Path) -> None:
+    """LLDB 14-20's file (``numbered_names``): ``.dynsym``'s entries at their
+    own indices, then, at the ids LLDB gives them on the twin (after
+    ``.dynsym`` and one per PLT relocation), one ``___lldb_unnamed_symbol<ID>``
+    per FDE of the twin's ``.eh_frame`` that no ``.dynsym`` symbol or PLT
+    stub starts at (elfsyms.numbered_symbols); a cache file of its own, and
+    the file of 21 (``before_entry`` alone) unchanged beside it."""
+    from elftools.dwarf.callframe import FDE
+    from elftools.elf.elffile import ELFFile
+
+    from sframe_core.symfiles import symfile
+    from sframe_core.symfiles.elfsyms import NUMBERED_PREFIX
+    module, twin = str(_need(V3 / name)), _need(V3 / twin_name)
+    made = symfile.symbol_file_for(module, cache=str(tmp_path), before_entry=True,
+                                   numbered_names=True)
+    other = symfile.symbol_file_for(module, cache=str(tmp_path), before_entry=True)
+    assert made.path != other.path
+    with open(twin, "rb") as stream:
+        elf = ELFFile(stream)
+        dynsym = list(elf.get_section_by_name(".dynsym").iter_symbols())
+        plt = elf.get_section_by_name(".plt")
+        relocations = elf.get_section_by_name(".rela.plt")
+        count = relocations.num_relocations() if relocations is not None else 0
+        stubs = {plt["sh_addr"] + plt["sh_size"] - (count - i) * 16 for i in range(count)}
+        defined = {int(s["st_value"]) for s in dynsym if s.name and s["st_shndx"] != "SHN_UNDEF"}
+        starts = sorted({e.header["initial_location"] for e in elf.get_dwarf_info().EH_CFI_entries()
+                         if isinstance(e, FDE)} - defined - stubs)
+    first = len(dynsym) + count
+    want = [(first + i, f"{NUMBERED_PREFIX}{first + i}", start) for i, start in enumerate(starts)]
+    with open(made.path, "rb") as stream:
+        symbols = list(ELFFile(stream).get_section_by_name(".symtab").iter_symbols())
+    assert [(s.name, s["st_value"]) for s in symbols[:len(dynsym)]] == \
+        [(s.name, s["st_value"]) for s in dynsym]
+    assert [(i, s.name, s["st_value"]) for i, s in enumerate(symbols)
+            if s.name.startswith(NUMBERED_PREFIX)] == want
+    assert all(not s.name for s in symbols[len(dynsym):first])
+
+
 # -- a module large enough for a worker -----------------------------------------------
 
 LUA = Path(__file__).resolve().parent / "fixtures" / "realprogs" / "lua5.4"

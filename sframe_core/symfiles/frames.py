@@ -63,6 +63,9 @@ class Plan(NamedTuple):
     # names where the twin shows "??", and has the debug information).
     symbols: bool = True
     before_entry: bool = False  # LLDB 21's file (``frames._before_entry``)
+    # LLDB 14-20's file: a stripped module's symbols numbered as those LLDBs
+    # number the twin's (``elfsyms.numbered_symbols``).
+    numbered: bool = False
 
 
 def frames_for(plan: Plan, jobs: int = 1, store_file: str | None = None,

@@ -179,7 +179,7 @@ def _splits(path: str) -> bool:
 
 
 def symbol_file_now(path: str, *, function_symbols: bool = True, before_entry: bool = False,
-                    module: ModuleInfo | None = None) -> SymbolFile:
+                    module: ModuleInfo | None = None, numbered_names: bool = False) -> SymbolFile:
     """``symfile.symbol_file_for``, for an adapter that waits for the file
     (the debugger cannot go on without it): a module large enough to be
     split between processes (``workers.split_min``) is made by a worker at
@@ -193,14 +193,15 @@ def symbol_file_now(path: str, *, function_symbols: bool = True, before_entry: b
 
     if section_module.SAVED_REGISTERS and default_jobs() > 1 and _splits(path):
         result = Job(path, lambda result: None, function_symbols=function_symbols,
-                     before_entry=before_entry, nice=0).wait()
+                     before_entry=before_entry, nice=0, numbered_names=numbered_names).wait()
         if result.path is not None:
             made = cached_symbol_file(path, function_symbols=function_symbols,
-                                      before_entry=before_entry, module=module)
+                                      before_entry=before_entry, module=module,
+                                      numbered_names=numbered_names)
             if made is not None:
                 return made._replace(warning=result.warning or made.warning)
     return symbol_file_for(path, function_symbols=function_symbols, before_entry=before_entry,
-                           module=module)
+                           module=module, numbered_names=numbered_names)
 
 
 class JobResult(NamedTuple):
@@ -264,7 +265,7 @@ class Job:
     def __init__(self, path: str, on_done: Callable[[JobResult], None], *,
                  cache: str | None = None, function_symbols: bool = True,
                  before_entry: bool = False, nice: int = NICE,
-                 module: ModuleInfo | None = None) -> None:
+                 module: ModuleInfo | None = None, numbered_names: bool = False) -> None:
         import threading
 
         from .symfile import maker_of
@@ -281,7 +282,7 @@ class Job:
         self._claim_lock = threading.Lock()
         self._on_done = on_done
         self._process: subprocess.Popen[bytes] | None = None
-        self._options = (cache, function_symbols, before_entry, nice)
+        self._options = (cache, function_symbols, before_entry, nice, numbered_names)
         # Another process making this file (another session's worker, which
         # outlives its session): followed, never a second worker
         # (``lock``); its process id, 0 if it has not written it yet.
@@ -290,7 +291,7 @@ class Job:
         try:
             self._entry, self.elsewhere = maker_of(
                 path, cache=cache, function_symbols=function_symbols, before_entry=before_entry,
-                module=module)
+                module=module, numbered_names=numbered_names)
         except SFrameError:
             pass  # the worker says what is wrong with the module, as always
         if self.elsewhere is not None and self._entry is not None:
@@ -308,7 +309,7 @@ class Job:
         """Start the worker process; False (and the result said) if it cannot start."""
         import subprocess
 
-        cache, function_symbols, before_entry, nice = self._options
+        cache, function_symbols, before_entry, nice, numbered_names = self._options
         python = worker_python()
         if python is None:
             self._finish(JobResult(None, "no Python interpreter found to make the symbol file in"))
@@ -323,6 +324,8 @@ class Job:
             args.append("--no-function-symbols")
         if before_entry:
             args.append("--before-entry")
+        if numbered_names:
+            args.append("--numbered-names")
         args += ["--nice", str(nice)]
         try:
             # A session of its own: the terminal's Ctrl-C and hangup are the
@@ -353,10 +356,10 @@ class Job:
             time.sleep(FOLLOW_SECONDS)
         if self._cancelled:
             return
-        cache, function_symbols, before_entry, _ = self._options
+        cache, function_symbols, before_entry, _, numbered_names = self._options
         try:
             made = cached_symbol_file(self.path, cache=cache, function_symbols=function_symbols,
-                                      before_entry=before_entry)
+                                      before_entry=before_entry, numbered_names=numbered_names)
         except SFrameError:
             made = None
         if made is not None:
@@ -567,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", default=None)
     parser.add_argument("--no-function-symbols", action="store_true")
     parser.add_argument("--before-entry", action="store_true")
+    parser.add_argument("--numbered-names", action="store_true")
     parser.add_argument("--nice", type=int, default=NICE,
                         help="lower this worker's priority by N: the debugger comes first")
     args = parser.parse_args(argv)
@@ -581,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         made = symbol_file_for(args.path, cache=args.cache, jobs=default_jobs(),
                                function_symbols=not args.no_function_symbols,
                                before_entry=args.before_entry,
+                               numbered_names=args.numbered_names,
                                progress=lambda done, of: _say(f"{PROGRESS} {done} {of}"))
     except SFrameError as exc:
         _say(json.dumps({"error": str(exc)}))

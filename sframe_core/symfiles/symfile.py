@@ -54,7 +54,15 @@ from ..version import GENERATOR
 from . import cache as symcache
 from . import lock as filelock
 from .debug_files import build_id_path, crc32_of, debug_source, has_debug_information
-from .elfsyms import executable_sections, function_symbols
+from .elfsyms import (
+    STUB_WINDOW,
+    crt1_stub,
+    defined_dynamic,
+    executable_sections,
+    function_symbols,
+    numbered_symbols,
+    with_dynamic,
+)
 from .frames import Frames, Plan, fde_ranges, frames_for
 from .module_headers import ModuleInfo, read_module
 
@@ -87,7 +95,8 @@ _SHT_NULL, _SHT_PROGBITS, _SHT_NOTE, _SHT_NOBITS = 0, 1, 7, 8
 _SHT_SYMTAB, _SHT_STRTAB = 2, 3
 _SHF_ALLOC = 0x2
 _PT_NOTE = 4
-_ET_REL = 1
+_ET_REL, _ET_EXEC = 1, 2
+_EM_X86_64 = 62
 
 
 class SymbolFile(NamedTuple):
@@ -112,7 +121,8 @@ class SymbolFile(NamedTuple):
 
 
 def _layout(module: ModuleInfo, base: ModuleInfo, frames: Frames,
-            debuglink: bytes | None = None, symbols: bool = True) -> Layout:
+            debuglink: bytes | None = None, symbols: bool = True,
+            numbered: bool = False) -> Layout:
     """What the symbol file holds, for ``elf_writer``: ``base``'s sections (the
     module, or its debug file) as ``objcopy --only-keep-debug`` keeps them,
     plus ``frames`` as ``.debug_frame`` and (when there is one) a
@@ -120,7 +130,8 @@ def _layout(module: ModuleInfo, base: ModuleInfo, frames: Frames,
     ``.gnu_debuglink`` (see ``_debuglink``).
 
     The ELF and program headers are the module's, so the file describes the
-    same layout.
+    same layout. ``numbered``: LLDB 14-20's symbol table for a stripped
+    module (``_provide_numbered_symbols``).
     """
     from .elf_writer import Layout, Section
 
@@ -185,7 +196,11 @@ def _layout(module: ModuleInfo, base: ModuleInfo, frames: Frames,
     if frames.eh:
         provide(".eh_frame", frames.eh, 8)
     if symbols and base.section(".symtab") is None and base.section(".debug_info") is None:
-        _provide_function_symbols(sections, frames.debug, module.big_endian, provide, frames.gap)
+        if numbered:
+            _provide_numbered_symbols(sections, module, frames, provide)
+        else:
+            _provide_function_symbols(sections, frames.debug, module.big_endian, provide,
+                                      frames.gap, module)
     elif symbols and frames.gap is not None:
         _provide_gap_symbol(sections, src, module.big_endian, provide, frames.gap)
     if debuglink is not None:
@@ -224,18 +239,82 @@ def _chunks(path: str, sec: _Section) -> Callable[[], Iterator[bytes]]:
 
 def _provide_function_symbols(sections: list[_Section], frame: bytes, big_endian: bool,
                               provide: Callable[[str, bytes, int], None],
-                              gap: int | None = None) -> None:
+                              gap: int | None = None, module: ModuleInfo | None = None) -> None:
     """A stripped module: one function symbol per FDE, which LLDB needs (see
-    ``elfsyms``); the FDE at ``gap`` gets the unnamed one (``frames._before_entry``)."""
+    ``elfsyms``); the FDE at ``gap`` gets the unnamed one (``frames._before_entry``).
+    A module that exports symbols (``module``'s ``.dynsym``: a library) has
+    them in the table too, and no FDE symbol where one starts (``elfsyms.with_dynamic``)."""
+    dynsym = _module_bytes(module, ".dynsym") if module is not None else b""
+    exported = defined_dynamic(dynsym, big_endian)
     spans = fde_ranges(frame, big_endian) or []
-    made = function_symbols([(start, end - start) for start, end in spans if start != gap],
+    made = function_symbols([(start, end - start) for start, end in spans
+                             if start != gap and start not in exported],
                             executable_sections(sections), big_endian)
     if made is None:
         return
     symtab, strtab, count = made
     if gap is not None:
         symtab, strtab, count = _with_gap_symbol(symtab, strtab, count, sections, big_endian, gap)
+    if exported and module is not None:
+        symtab, strtab, count = with_dynamic(symtab, strtab, count, dynsym,
+                                             _module_bytes(module, ".dynstr"), big_endian)
     _set_symbols(sections, provide, ".symtab", ".strtab", symtab, strtab, count)
+
+
+def _provide_numbered_symbols(sections: list[_Section], module: ModuleInfo, frames: Frames,
+                              provide: Callable[[str, bytes, int], None]) -> None:
+    """A stripped module for LLDB 14-20: the symbol table LLDB makes for its
+    twin, ``.dynsym`` and the unnamed functions numbered as there
+    (``elfsyms.numbered_symbols``); the FDE at ``frames.gap`` gets the
+    unnamed one, last (``frames._before_entry``)."""
+    spans = fde_ranges(frames.debug, module.big_endian) or []
+    dynsym = _module_bytes(module, ".dynsym")
+    dynstr = _module_bytes(module, ".dynstr")
+    relocations = next((sec.size // sec.entsize for name in (".rela.plt", ".rel.plt")
+                        if (sec := module.section(name)) is not None and sec.entsize), 0)
+    extra = []
+    if frames.gap is not None:
+        index = next((i for i, addr, span in executable_sections(sections)
+                      if addr <= frames.gap < addr + span), 0)
+        extra.append((_GAP_NAME, index, frames.gap, 1))
+    made = numbered_symbols([(start, end - start) for start, end in spans if start != frames.gap],
+                            sections, dynsym, dynstr, relocations, module.big_endian, extra,
+                            _crt1_stubs(module))
+    if made is not None:
+        _set_symbols(sections, provide, ".symtab", ".strtab", *made)
+
+
+def _crt1_stubs(module: ModuleInfo) -> list[int]:
+    """glibc's ``_dl_relocate_static_pie`` in a non-PIE amd64 executable
+    (``elfsyms.crt1_stub``), as a list of at most one address."""
+    entry = module.header[3]
+    if module.elf_type != _ET_EXEC or module.header[1] != _EM_X86_64 or not entry:
+        return []
+    sec = next((sec for sec in module.sections if sec.type == _SHT_PROGBITS
+                and sec.addr <= entry < sec.addr + sec.size), None)
+    if sec is None:
+        return []
+    size = min(STUB_WINDOW, sec.addr + sec.size - entry)
+    try:
+        with open(module.path, "rb") as stream:
+            code = read_within(stream, sec.offset + entry - sec.addr, size, module.size, sec.name,
+                               module.path)
+    except OSError as exc:
+        raise FileError(f"{module.path}: {exc.strerror or exc}") from None
+    found = crt1_stub(code, entry)
+    return [] if found is None else [found]
+
+
+def _module_bytes(module: ModuleInfo, name: str) -> bytes:
+    """The module's section ``name`` (b"" when it has none, or none with contents)."""
+    sec = module.section(name)
+    if sec is None or sec.type == _SHT_NOBITS or not sec.size:
+        return b""
+    try:
+        with open(module.path, "rb") as stream:
+            return read_within(stream, sec.offset, sec.size, module.size, name, module.path)
+    except OSError as exc:
+        raise FileError(f"{module.path}: {exc.strerror or exc}") from None
 
 
 def _set_symbols(sections: list[_Section], provide: Callable[[str, bytes, int], None],
@@ -312,14 +391,19 @@ def _debuglink(plan: Plan) -> bytes | None:
 
 
 def _plan(path: str, debug_roots: Sequence[str], symbols: bool = True,
-          before_entry: bool = False, module: ModuleInfo | None = None) -> Plan:
+          before_entry: bool = False, module: ModuleInfo | None = None,
+          numbered: bool = False) -> Plan:
     if module is None or module.path != path:
         module = read_module(path)
     if module.elf_type == _ET_REL:
         raise FileError(f"{path}: a relocatable object (.o): symbol files are made for linked "
                         "executables and libraries")
     base = debug_source(module, debug_roots) or module
-    return Plan(module, base, _sframe_bytes(module), symbols, symbols and before_entry)
+    # Numbered names change only a stripped module's file (``_layout``): any
+    # other's is the same file, under the same cache entry.
+    numbered = (symbols and numbered and base.section(".symtab") is None
+                and base.section(".debug_info") is None)
+    return Plan(module, base, _sframe_bytes(module), symbols, symbols and before_entry, numbered)
 
 
 def _sframe_bytes(module: ModuleInfo) -> bytes:
@@ -351,7 +435,8 @@ def _write_atomically(target: str, plan: Plan, frame: Frames) -> None:
     fd, tmp = tempfile.mkstemp(prefix=filelock.tmp_prefix(target), suffix=".debug", dir=directory)
     try:
         with os.fdopen(fd, "w+b") as out:
-            write_elf(out, _layout(plan.module, plan.base, frame, _debuglink(plan), plan.symbols))
+            write_elf(out, _layout(plan.module, plan.base, frame, _debuglink(plan), plan.symbols,
+                                   plan.numbered))
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, 0o644)
@@ -448,11 +533,24 @@ def _cache_name(plan: Plan) -> str:
         digest.update(b"no function symbols, no debug information\0")
     if plan.before_entry:
         digest.update(b"an unnamed symbol before the entry point\0")
+    if plan.numbered:
+        digest.update(b"LLDB 14-20's symbol table, its unnamed symbols numbered\0")
+    elif _exports(plan):
+        digest.update(b"the symbols .dynsym defines\0")
     if not saved_registers():
         # Turned off (a control run, or no capstone wanted): the rules differ.
         digest.update(b"no saved-register rules\0")
     prefix = plan.module.build_id or "nobuildid"
     return f"{prefix}-{digest.hexdigest()[:20]}.debug"
+
+
+def _exports(plan: Plan) -> bool:
+    """Does the file of ``plan`` carry ``.dynsym``'s defined symbols
+    (``_provide_function_symbols``: a stripped module that exports some)?"""
+    return (plan.symbols and plan.base.section(".symtab") is None
+            and plan.base.section(".debug_info") is None
+            and bool(defined_dynamic(_module_bytes(plan.module, ".dynsym"),
+                                     plan.module.big_endian)))
 
 
 def _usable_dir(directory: str) -> str | None:
@@ -504,7 +602,8 @@ def cached_symbol_file(path: str, *, cache: str | None = None,
                        debug_roots: Iterable[str] = DEBUG_ROOTS,
                        function_symbols: bool = True,
                        before_entry: bool = False,
-                       module: ModuleInfo | None = None) -> SymbolFile | None:
+                       module: ModuleInfo | None = None,
+                       numbered_names: bool = False) -> SymbolFile | None:
     """The symbol file for module ``path`` if the cache holds it, else None.
 
     Costs what a hit of ``symbol_file_for`` costs (the module's headers and a
@@ -515,7 +614,7 @@ def cached_symbol_file(path: str, *, cache: str | None = None,
 
     :raises SFrameError: as ``symbol_file_for``.
     """
-    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module)
+    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module, numbered_names)
     target, _, warning = _cache_target(plan, cache)
     if not is_elf(target):
         return None
@@ -526,14 +625,15 @@ def cached_symbol_file(path: str, *, cache: str | None = None,
 def maker_of(path: str, *, cache: str | None = None,
              debug_roots: Iterable[str] = DEBUG_ROOTS, function_symbols: bool = True,
              before_entry: bool = False,
-             module: ModuleInfo | None = None) -> tuple[str, int | None]:
+             module: ModuleInfo | None = None,
+             numbered_names: bool = False) -> tuple[str, int | None]:
     """(the cache entry of module ``path``, the process making it now or None):
     a debugger that finds one follows it rather than starting another
     (``jobs.Job``). The process id is 0 when the maker has not written it yet.
 
     :raises SFrameError: as ``cached_symbol_file``.
     """
-    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module)
+    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module, numbered_names)
     target, _, _ = _cache_target(plan, cache)
     return target, filelock.holder(target)
 
@@ -542,7 +642,8 @@ def symbol_file_for(path: str, *, cache: str | None = None,
                     debug_roots: Iterable[str] = DEBUG_ROOTS,
                     function_symbols: bool = True, before_entry: bool = False,
                     jobs: int = 1, module: ModuleInfo | None = None,
-                    progress: Progress | None = None) -> SymbolFile:
+                    progress: Progress | None = None,
+                    numbered_names: bool = False) -> SymbolFile:
     """The cached symbol file for module ``path``, generated if it is not there yet.
 
     A cache hit reads the module's headers and hashes its ``.sframe``, nothing
@@ -550,7 +651,10 @@ def symbol_file_for(path: str, *, cache: str | None = None,
     directory (said in ``SymbolFile.warning``). ``function_symbols=False``
     (gdb): a stripped module gets no function symbols for its FDEs.
     ``before_entry`` (LLDB 21): the byte before the entry point gets an
-    unnamed symbol and an FDE (``frames._before_entry``), a file of its own. ``jobs``
+    unnamed symbol and an FDE (``frames._before_entry``), a file of its own.
+    ``numbered_names`` (LLDB 14-20): a stripped module's symbol table as
+    those LLDBs make the twin's (``elfsyms.numbered_symbols``), a file of its
+    own. ``jobs``
     as in ``write_symbol_file`` (never above 1 from a debugger's own Python:
     it would fork the debugger; ``symjobs`` runs a worker process instead).
     ``module`` as in ``cached_symbol_file``; ``progress`` as in ``frames.frames_for``.
@@ -559,7 +663,7 @@ def symbol_file_for(path: str, *, cache: str | None = None,
         no ``.sframe``, corrupt ``.sframe``, nowhere to write); nothing is
         written half-way.
     """
-    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module)
+    plan = _plan(path, tuple(debug_roots), function_symbols, before_entry, module, numbered_names)
     target, directory, warning = _cache_target(plan, cache)
     if is_elf(target):
         symcache.touch(target)  # its "last used" time, for pruning
