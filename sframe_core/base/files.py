@@ -46,6 +46,10 @@ _TABLE_NAMES = {SHT_SYMTAB: "symbol table", SHT_DYNSYM: "dynamic symbol table",
                 SHT_RELA: "relocation section", SHT_REL: "relocation section"}
 # (e_type, e_phoff, e_shoff, e_phentsize, e_phnum, e_shentsize, e_shnum, e_shstrndx)
 _EHDR = {1: "16xH10xII6xHHHHH", 2: "16xH14xQQ6xHHHHH"}
+# The whole header after e_ident: e_type, e_machine, e_version, e_entry,
+# e_phoff, e_shoff, e_flags, e_ehsize, e_phentsize, e_phnum, e_shentsize,
+# e_shnum, e_shstrndx.
+_EHDR_FULL = {1: "HHIIIIIHHHHHH", 2: "HHIQQQIHHHHHH"}
 # (sh_name, sh_type, sh_offset, sh_size, sh_link, sh_info, sh_entsize)
 _SHDR = {1: "II8xIIII4xI", 2: "II16xQQII8xQ"}
 # (p_type, p_offset, p_filesz)
@@ -305,7 +309,8 @@ class ElfLayout(NamedTuple):
     """An ELF file's header fields and section headers, read with ``struct``.
 
     For readers on a backtrace's path (``symbols``, ``cfi``) that need a few
-    sections' bytes: pyelftools builds an object per section, and parses
+    sections' bytes, and for the symbol files (``module_headers``), which
+    copy the headers: pyelftools builds an object per section, and parses
     the hash tables, to find one by name (about 5 ms for libc, per file
     and per reader). Only valid for a file ``check_elf_layout`` accepted.
     """
@@ -317,6 +322,12 @@ class ElfLayout(NamedTuple):
     sections: tuple[SectionHeader, ...]
     segments: tuple[SegmentHeader, ...] = ()
     entry: int = 0
+    # As the file holds them, for a copy of its headers (the symbol files):
+    ident: bytes = b""  # e_ident
+    header: tuple[int, ...] = ()  # e_type .. e_shstrndx
+    program_headers: tuple[tuple[int, ...], ...] = ()  # p_type .. p_align, the class's order
+    shstrndx: int = 0  # the section name table's index (extended numbering resolved)
+    size: int = 0  # of the file
 
     def section(self, name: str) -> SectionHeader | None:
         """The section called ``name``; the last of that name, as pyelftools'
@@ -347,10 +358,12 @@ def elf_layout(stream: BinaryIO, label: str) -> ElfLayout:
     header = _read_at(stream, 0, _EHSIZE[cls])
     e_type, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx = \
         struct.unpack_from(end + _EHDR[cls], header)
-    machine, _version, entry = struct.unpack_from(end + ("HII" if cls == 1 else "HIQ"), header, 18)
+    fields = struct.unpack_from(end + _EHDR_FULL[cls], header, 16)
+    machine, entry = fields[1], fields[3]
     wide, big = cls == 2, end == ">"
+    size = os.fstat(stream.fileno()).st_size
     if e_type == ET_CORE:
-        return ElfLayout(wide, big, e_type, machine, (), (), entry)
+        return ElfLayout(wide, big, e_type, machine, (), (), entry, ident, fields, (), 0, size)
     rows: list[tuple[int, ...]] = []
     if shoff:
         shdr = struct.Struct(end + _SHDR_FULL[cls])
@@ -362,6 +375,7 @@ def elf_layout(stream: BinaryIO, label: str) -> ElfLayout:
             shstrndx = first[6]
         rows = section_rows(_read_at(stream, shoff, count * shentsize), end, cls == 2)
     segments: tuple[SegmentHeader, ...] = ()
+    table: list[tuple[int, ...]] = []
     if phnum:
         table = segment_rows(_read_at(stream, phoff, phnum * phentsize), end, cls == 2)
         if wide:
@@ -371,8 +385,9 @@ def elf_layout(stream: BinaryIO, label: str) -> ElfLayout:
             segments = tuple(SegmentHeader(t, f, o, v, fs, ms) for t, o, v, _p, fs, ms, f, _a
                              in table)
     short: list[tuple[int, ...]] = [(r[0], r[1], r[4], r[5]) for r in rows]
-    strtab = _names(stream, short, shstrndx, os.fstat(stream.fileno()).st_size).strtab
-    return ElfLayout(wide, big, e_type, machine, named_sections(rows, strtab), segments, entry)
+    strtab = _names(stream, short, shstrndx, size).strtab
+    return ElfLayout(wide, big, e_type, machine, named_sections(rows, strtab), segments, entry,
+                     ident, fields, tuple(table), shstrndx, size)
 
 
 def section_rows(table: bytes, end: str, wide: bool = True) -> list[tuple[int, ...]]:
