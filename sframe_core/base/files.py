@@ -141,6 +141,20 @@ def read_within(stream: BinaryIO, offset: int, size: int, limit: int, what: str,
     return data
 
 
+class _Checked(NamedTuple):
+    """What ``check_elf_layout`` read, for ``elf_layout`` to decode without
+    reading it again."""
+
+    cls: int
+    end: str  # the ``struct`` byte order
+    header: bytes  # the ELF header, e_ident included
+    sections: bytes  # the section header table (empty for a core, or none)
+    segments: bytes  # the program header table (empty for a core, or none)
+    shstrndx: int  # extended numbering resolved
+    size: int
+    strtab: bytes  # the section name table, where it is sound
+
+
 def check_elf_layout(stream: BinaryIO, label: str) -> None:
     """Check an ELF file's header tables against its size, before parsing.
 
@@ -153,6 +167,11 @@ def check_elf_layout(stream: BinaryIO, label: str) -> None:
 
     :raises FileError: naming ``label`` and the header field that lies.
     """
+    _checked(stream, label)
+
+
+def _checked(stream: BinaryIO, label: str) -> _Checked:
+    """``check_elf_layout``, giving back the header tables it read."""
     size = os.fstat(stream.fileno()).st_size
     ident = _read_at(stream, 0, 16)
     if len(ident) < 16 or ident[:4] != b"\x7fELF":
@@ -170,6 +189,7 @@ def check_elf_layout(stream: BinaryIO, label: str) -> None:
 
     shdr = struct.Struct(end + _SHDR[cls])
     sections: list[tuple[int, ...]] = []
+    table = headers = b""
     if e_type == ET_CORE:
         # A core is read through its program headers only; a truncated core
         # is still useful, and ``corefile`` checks the notes it reads.
@@ -216,6 +236,7 @@ def check_elf_layout(stream: BinaryIO, label: str) -> None:
         if own is not None and entsize != own:
             raise FileError(f"{label}: {_TABLE_NAMES[stype]} {names(index)} has entry size "
                             f"{entsize}, not {own} (sh_entsize)")
+    return _Checked(cls, end, header, table, headers, shstrndx, size, names.strtab)
 
 
 def _names(stream: BinaryIO, sections: list[tuple[int, ...]], shstrndx: int, size: int
@@ -352,42 +373,27 @@ def elf_layout(stream: BinaryIO, label: str) -> ElfLayout:
     :raises FileError: as ``check_elf_layout`` would (it is not trusted to
         have run on this very stream).
     """
-    check_elf_layout(stream, label)
-    ident = _read_at(stream, 0, 16)
-    cls, end = ident[4], "<" if ident[5] == 1 else ">"
-    header = _read_at(stream, 0, _EHSIZE[cls])
-    e_type, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx = \
-        struct.unpack_from(end + _EHDR[cls], header)
+    checked = _checked(stream, label)
+    cls, end, header, size = checked.cls, checked.end, checked.header, checked.size
+    ident = header[:16]
     fields = struct.unpack_from(end + _EHDR_FULL[cls], header, 16)
-    machine, entry = fields[1], fields[3]
+    e_type, machine, entry = fields[0], fields[1], fields[3]
     wide, big = cls == 2, end == ">"
-    size = os.fstat(stream.fileno()).st_size
     if e_type == ET_CORE:
         return ElfLayout(wide, big, e_type, machine, (), (), entry, ident, fields, (), 0, size)
-    rows: list[tuple[int, ...]] = []
-    if shoff:
-        shdr = struct.Struct(end + _SHDR_FULL[cls])
-        first = shdr.unpack(_read_at(stream, shoff, shentsize))
-        count = shnum or first[5]
-        if phnum == PN_XNUM:
-            phnum = first[7]
-        if shstrndx == SHN_XINDEX:
-            shstrndx = first[6]
-        rows = section_rows(_read_at(stream, shoff, count * shentsize), end, cls == 2)
+    rows = section_rows(checked.sections, end, wide)
     segments: tuple[SegmentHeader, ...] = ()
     table: list[tuple[int, ...]] = []
-    if phnum:
-        table = segment_rows(_read_at(stream, phoff, phnum * phentsize), end, cls == 2)
+    if checked.segments:
+        table = segment_rows(checked.segments, end, wide)
         if wide:
             segments = tuple(SegmentHeader(t, f, o, v, fs, ms) for t, f, o, v, _p, fs, ms, _a
                              in table)
         else:
             segments = tuple(SegmentHeader(t, f, o, v, fs, ms) for t, o, v, _p, fs, ms, f, _a
                              in table)
-    short: list[tuple[int, ...]] = [(r[0], r[1], r[4], r[5]) for r in rows]
-    strtab = _names(stream, short, shstrndx, size).strtab
-    return ElfLayout(wide, big, e_type, machine, named_sections(rows, strtab), segments, entry,
-                     ident, fields, tuple(table), shstrndx, size)
+    return ElfLayout(wide, big, e_type, machine, named_sections(rows, checked.strtab), segments,
+                     entry, ident, fields, tuple(table), checked.shstrndx, size)
 
 
 def section_rows(table: bytes, end: str, wide: bool = True) -> list[tuple[int, ...]]:
