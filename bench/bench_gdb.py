@@ -64,9 +64,9 @@ end"""
 
 def _session(gdb: str, program: Path, plugin: bool, saved: bool = True,
              symbol_files: str = "foreground") -> Gdb:
-    g = Gdb(gdb, plugin=plugin, args=[str(program)], timeout=600, symbol_files=symbol_files)
-    if plugin and not saved:
-        g.cmd("python import sframe_core.format.section as s; s.SAVED_REGISTERS = False")
+    env = {"SFRAME_SAVED_REGISTERS": "0"} if plugin and not saved else None
+    g = Gdb(gdb, plugin=plugin, args=[str(program)], timeout=600, symbol_files=symbol_files,
+            env=env)
     g.cmd(_TIMER)
     return g
 

@@ -15,7 +15,7 @@ process, as the debugger adapters' worker makes it:
 - ``empty``: a cache without A's results (a first build);
 - ``reuse``: a cache holding A's results;
 - and for reference ``none``: no callee-saved register analysis at all
-  (``SAVED_REGISTERS`` off: rows, encoding, copying; what no store can save),
+  (``SFRAME_SAVED_REGISTERS=0``: rows, encoding, copying; what no store can save),
   and ``native``: the amd64 analysis in C (``sframe_core/analysis/native``),
   which keeps no results (it costs less than a kept one).
 
@@ -46,9 +46,7 @@ from bench.bench_scale import ROOT, build, gen_program
 
 _MAKE = """
 import sys, time
-import sframe_core.format.section as section
 from sframe_core.symfiles.symfile import symbol_file_for
-section.SAVED_REGISTERS = sys.argv[4] == "on"
 from sframe_core.format.elf import read_elf
 fdes = read_elf(sys.argv[1]).open().num_fdes
 wall, cpu = time.perf_counter(), time.process_time()
@@ -62,9 +60,8 @@ def make(module: Path, cache: Path, jobs: int, *, off: bool = False,
          saved: bool = True, native: bool = False) -> tuple[float, float, int, Path]:
     """(wall, CPU seconds, FDEs, symbol file) of ``symbol_file_for`` in a fresh process."""
     env = {**os.environ, "SFRAME_ANALYSIS_CACHE": "0" if off else "1",
-           "SFRAME_NATIVE": "1" if native else "0"}
-    out = subprocess.run([sys.executable, "-c", _MAKE, str(module), str(cache), str(jobs),
-                          "on" if saved else "off"],
+           "SFRAME_NATIVE": "1" if native else "0", "SFRAME_SAVED_REGISTERS": "1" if saved else "0"}
+    out = subprocess.run([sys.executable, "-c", _MAKE, str(module), str(cache), str(jobs)],
                          cwd=ROOT, capture_output=True, text=True, check=True, env=env).stdout
     wall, cpu, fdes, cached, path = out.split()
     assert cached == "False", out

@@ -13,7 +13,7 @@ and as with ``-Wa,--gsframe`` at -O2 -g, as a twin (``.eh_frame`` and
 
 - the CPU cost per function of the symbol file, cold (a fresh process:
   ``symfile.symbol_file_bytes``, imports excluded), with and without the
-  callee-saved register analysis (``SAVED_REGISTERS``);
+  callee-saved register analysis (``SFRAME_SAVED_REGISTERS``);
 - the wall time of ``python -m sframe_core to-dwarf`` (it always generates)
   with ``--jobs 1`` and with the default, and of a cache hit
   (``symbol_file_for`` in a fresh process, start-up included);
@@ -160,10 +160,8 @@ def _python(code: str, *args: str, env: dict[str, str] | None = None) -> str:
 
 _CPU = """
 import sys, time
-import sframe_core.format.section as section
 from sframe_core.format.elf import read_elf
 from sframe_core.symfiles.symfile import symbol_file_bytes
-section.SAVED_REGISTERS = sys.argv[2] == "on"
 sframe = read_elf(sys.argv[1]).open()
 start = time.process_time()
 symbol_file_bytes(sys.argv[1])
@@ -179,7 +177,7 @@ print(symbol_file_for(sys.argv[1]).cached)
 
 def cpu_per_function(noeh: Path, saved: bool) -> tuple[float, int]:
     """(CPU seconds, FDEs) of one cold symbol file, in a fresh process."""
-    seconds, fdes = _python(_CPU, str(noeh), "on" if saved else "off").split()
+    seconds, fdes = _python(_CPU, str(noeh), env={"SFRAME_SAVED_REGISTERS": "1" if saved else "0"}).split()
     return float(seconds), int(fdes)
 
 

@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 import gdb
 
-from .unwinder import SFrameUnwinder, warn
+from .messages import warn
+from .unwinder import SFrameUnwinder
 
 __all__ = ["connect"]
 

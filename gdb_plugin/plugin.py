@@ -6,6 +6,7 @@ import gdb
 
 from . import commands, events
 from .cmdline import mi_mode
+from .messages import warn
 from .symfiles import Routes
 from .unwinder import SFrameUnwinder
 
@@ -37,7 +38,7 @@ def register() -> SFrameUnwinder:
     try:
         routes.consider_all()
     except Exception as exc:  # noqa: BLE001 - never a traceback in gdb
-        gdb.write(f"warning: sframe: symbol files: {type(exc).__name__}: {exc}\n", gdb.STDERR)
+        warn(f"symbol files: {type(exc).__name__}: {exc}")
     plugin.mark_dirty(None)
     try:
         plugin.refresh()

@@ -1,5 +1,5 @@
 """How this GDB names one SFrame ABI's registers: the handles the unwinder
-reads and hands, found once per architecture and rule set.
+reads and hands, found once per architecture (``RegisterCache``) and rule set.
 
 Its own module, below both ``objfiles.py`` (an objfile keeps its handles)
 and ``unwinder.py`` (which uses them).
@@ -12,7 +12,7 @@ import gdb
 from sframe_core.base.abi import Arch
 from sframe_core.base.rows import Row, RuleKind
 
-__all__ = ["Registers", "Handles"]
+__all__ = ["Registers", "Handles", "RegisterCache"]
 
 _SAME = RuleKind.SAME_VALUE
 # Rules that read another register of the frame.
@@ -106,3 +106,24 @@ class Registers:
         # The rules tuple is kept with its plan: its id cannot be reused meanwhile.
         self._plans[key] = (row.regs, reads, hands)
         return reads, hands
+
+
+class RegisterCache:
+    """The ``Registers`` of each (GDB architecture, SFrame ABI) a session
+    meets, found at its first frame and kept."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[str, str], Registers] = {}
+        # GDB keeps one gdb.Architecture per gdbarch: a cheap key for the
+        # PC's register handle (GDB 13 has no PendingFrame.pc()).
+        self.pc_handles: dict[object, object] = {}
+
+    def of(self, pending_frame, arch: Arch) -> Registers:
+        """The handles for ``arch`` in the architecture of ``pending_frame``."""
+        gdb_arch = pending_frame.architecture()
+        key = (gdb_arch.name(), arch.name)
+        regs = self._found.get(key)
+        if regs is None:
+            regs = self._found[key] = Registers(gdb_arch, arch)
+            self.pc_handles[gdb_arch] = regs.pc
+        return regs

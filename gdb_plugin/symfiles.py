@@ -48,6 +48,7 @@ from sframe_core.symfiles.symfile import (
 )
 
 from .cmdline import batch_mode
+from .messages import warn
 
 __all__ = ["Route", "Routes", "SETTINGS", "FOREGROUND_FDES", "NATIVE", "PENDING", "FALLBACK",
            "OWN_CFI", "HELD"]
@@ -367,8 +368,7 @@ class Routes:
                 return
             self._finish(path, result)
         except Exception as exc:  # noqa: BLE001 - never a traceback in gdb
-            gdb.write(f"warning: sframe: {path}: symbol file: {type(exc).__name__}: {exc}\n",
-                      gdb.STDERR)
+            warn(f"{path}: symbol file: {type(exc).__name__}: {exc}")
 
     def _finish(self, path: str, result: JobResult) -> None:
         self._warn(result.warning)
@@ -383,7 +383,7 @@ class Routes:
     def _warn(self, text: str | None) -> None:
         if text and text not in self._warned:
             self._warned.add(text)
-            gdb.write(f"warning: sframe: {text}\n", gdb.STDERR)
+            warn(text)
 
     def cancel(self) -> None:
         """Stop the workers (the plugin is being replaced)."""

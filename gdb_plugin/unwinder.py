@@ -22,9 +22,9 @@ PC no FDE covers is left to GDB, except amd64's ``_start`` (the entry
 function, rbp 0), whose callers GDB would invent.
 
 Anything raised inside the unwinder is caught, reported once per objfile as
-``warning: sframe: PATH: ...``, and the frame is declined. The objfile table
-is re-read in event handlers (``refresh``), never inside the unwinder, which
-may not call ``gdb.execute``.
+``warning: sframe: PATH: ...`` (``messages.py``), and the frame is declined.
+The objfile table is re-read in event handlers (``refresh``), never inside
+the unwinder, which may not call ``gdb.execute``.
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ from sframe_core.unwind.calls import CALL_WINDOW, ends_with_call
 from sframe_core.unwind.norow import entry_stop, is_sigreturn
 from sframe_core.unwind.step import DEFAULT_PAC_MASK, NORMAL_ENDS, Stop, caller_registers
 
+from .messages import OncePerObjfile, warn
 from .objfiles import CommandFailed, ObjfileEntry, ObjfileTable, ObjfileTables, cli_text, live_regions
-from .registers import Handles, Registers
+from .registers import Handles, RegisterCache, Registers
 from .symfiles import Routes
 
 if TYPE_CHECKING:
@@ -54,11 +55,7 @@ _FLOAT = gdb.TYPE_CODE_FLT
 _VALUE_CACHE = 4096
 _PLAN_CACHE = 1024
 
-__all__ = ["MODES", "SFrameUnwinder", "warn"]
-
-
-def warn(text: str) -> None:
-    gdb.write(f"warning: sframe: {text}\n", gdb.STDERR)
+__all__ = ["MODES", "SFrameUnwinder"]
 
 
 class _FrameId:
@@ -232,11 +229,11 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         # The objfiles with SFrame of each program space, read in event
         # handlers and commands (``refresh``), looked up per walk.
         self.objfiles = ObjfileTables(_run, warn)
-        self._reported: set[str] = set()
+        self._warnings = OncePerObjfile()
         self._busy = False
         self._walk: _Walk | None = None
-        self._regs: dict[tuple[str, str], Registers] = {}
-        self._pc_handles: dict[object, object] = {}
+        self._registers = RegisterCache()
+        self._pc_handles = self._registers.pc_handles  # GDB 13's PC, read per frame: one lookup
         self._int_ids = True  # GDB 14+ takes plain ints in frame ids; 13 wants gdb.Values
         # A frame ``_stop`` claimed with itself as its caller: that echo,
         # one level up, gets the same frame id.
@@ -254,12 +251,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
 
     def report(self, path: str, text: str) -> None:
         """One warning per objfile, however many frames hit the problem."""
-        if path in self._reported:
-            return
-        self._reported.add(path)
-        if text.startswith(path):
-            text = text[len(path):].lstrip(": ")
-        warn(f"{path}: {text}")
+        self._warnings.report(path, text)
 
     def mark_dirty(self, progspace: object = None) -> None:
         """The objfiles of ``progspace`` (None: of every program space) changed."""
@@ -351,7 +343,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         self._echo = None
 
     def _regs_for(self, entry: ObjfileEntry, pending_frame, arch: Arch) -> Registers:
-        regs = entry.regs = self._regs_for_arch(pending_frame, arch)
+        regs = entry.regs = self._registers.of(pending_frame, arch)
         return regs
 
     def __call__(self, pending_frame):
@@ -594,7 +586,7 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
         arch = _GDB_ARCHES.get(pending_frame.architecture().name())
         if arch is None:
             return None
-        regs_info = self._regs_for_arch(pending_frame, arch)
+        regs_info = self._registers.of(pending_frame, arch)
         try:
             if int(pending_frame.read_register(regs_info.handle(arch.sp))) != sp:
                 return None
@@ -654,22 +646,11 @@ class SFrameUnwinder(gdb.unwinder.Unwinder):
 
     def _sp_of(self, pending_frame, arch: Arch) -> tuple[Registers, int] | None:
         """The frame's register handles and its SP, or None where GDB cannot read the SP."""
-        regs_info = self._regs_for_arch(pending_frame, arch)
+        regs_info = self._registers.of(pending_frame, arch)
         try:
             return regs_info, int(pending_frame.read_register(regs_info.handle(arch.sp)))
         except (gdb.error, ValueError):
             return None
-
-    def _regs_for_arch(self, pending_frame, arch: Arch) -> Registers:
-        gdb_arch = pending_frame.architecture()
-        key = (gdb_arch.name(), arch.name)
-        regs = self._regs.get(key)
-        if regs is None:
-            regs = self._regs[key] = Registers(gdb_arch, arch)
-            # GDB keeps one gdb.Architecture per gdbarch: a cheap key for
-            # the PC's register handle (GDB 13 has no PendingFrame.pc()).
-            self._pc_handles[gdb_arch] = regs.pc
-        return regs
 
     def _unwind_info(self, pending_frame, sp: int, pc: int, regs_info: Registers):
         """``create_unwind_info`` with a (CFA, function start) frame id."""

@@ -40,7 +40,6 @@ def _python_analysis() -> Iterator[None]:
     and keeps none, so these tests run without it (a patch of its own: the
     tests' ``monkeypatch.undo()`` leaves it)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native, "USE", False)
         patch.setenv(native.ENV, "0")
         yield
 EDITED = 100

@@ -14,6 +14,7 @@ from helpers.manifest import Entry, GoldenFDE, fixture_path, manifest_params, pa
 
 from sframe_core.analysis.section import SectionAnalysis
 from sframe_core.cli.commands import main
+from sframe_core.format import SAVED_REGISTERS_ENV
 from sframe_core.format.dump import fre_columns
 from sframe_core.format.elf import open_sframe
 from sframe_core.format.records import FDE_SIZE
@@ -102,8 +103,6 @@ def test_raw_lookup_matches_file_lookup(capsys: pytest.CaptureFixture[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The same words from the section's bytes alone as from the file, except
     the callee-saved registers: only the file has the code that places them."""
-    from sframe_core.format import section
-
     entry = require(next(iter(p.values[0] for p in LINKED)))
     golden = parse_golden(fixture_path(entry, "golden").read_text())
     pc = next(f for f in golden if not f.mask and f.rows).rows[-1][0]
@@ -114,7 +113,7 @@ def test_raw_lookup_matches_file_lookup(capsys: pytest.CaptureFixture[str],
     assert main(raw) == 0
     from_raw = capsys.readouterr().out
     assert from_raw != from_file and "unknown" in from_raw.splitlines()[-1]
-    monkeypatch.setattr(section, "SAVED_REGISTERS", False)
+    monkeypatch.setenv(SAVED_REGISTERS_ENV, "0")
     assert main(["lookup", str(fixture_path(entry)), hex(pc)]) == 0
     assert capsys.readouterr().out == from_raw
 

@@ -77,9 +77,6 @@ def _session(gdb: str, exe: Path, workdir: Path, breakpoint: str, *, plugin: boo
            "-ex", "set pagination off", "-ex", "set confirm off"]
     if plugin:
         cmd += ["-ex", f"source {GDB_PLUGIN}"]
-    if not analysis:  # SFrame's CFA/RA/FP rules only (the control), by the Python unwinder
-        cmd += ["-ex", "python import sframe_core.format.section; "
-                       "sframe_core.format.section.SAVED_REGISTERS = False"]
     cmd += ["-ex", f"target remote 127.0.0.1:{stub.port}", "-ex", f"tbreak {breakpoint}",
             "-ex", "continue", "-ex", f"set $values_depth = {DEPTH}"]
     if both_modes:
@@ -88,9 +85,9 @@ def _session(gdb: str, exe: Path, workdir: Path, breakpoint: str, *, plugin: boo
                 "-ex", "maint flush register-cache"]
     cmd += [*dump, "-ex", "kill", str(exe)]
     try:
-        # The control's symbol files off: the executable is routed as the
-        # plugin is sourced, before the analysis can be turned off.
-        env = dict(os.environ, SFRAME_GDB_SYMBOL_FILES="off") if not analysis else None
+        # The control: SFrame's CFA/RA/FP rules only, by the Python unwinder.
+        env = dict(os.environ, SFRAME_GDB_SYMBOL_FILES="off",
+                   SFRAME_SAVED_REGISTERS="0") if not analysis else None
         proc = run(cmd, cwd=workdir, timeout=120, env=env)
     finally:
         stub.close()

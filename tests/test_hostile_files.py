@@ -116,6 +116,26 @@ def test_symtab_entry_size_as_backtrace_exe(tmp_path: Path) -> None:
         f"sframe: {path}: symbol table .symtab has entry size 1, not 24 (sh_entsize)")
 
 
+@pytest.mark.parametrize(("at", "fmt", "value"), [
+    (0x3C, "<H", 0xFFF0),  # e_shnum
+    (0x3A, "<H", 40),  # e_shentsize
+    (0x40 + 0x20, "<Q", 1 << 62),  # p_filesz of program header 0
+    (5, "B", 3),  # the data encoding
+])
+def test_symbol_files_say_what_dump_says(tmp_path: Path, at: int, fmt: str, value: int) -> None:
+    """One reader of ELF headers: ``sframe to-dwarf`` (and the debuggers'
+    symbol files, ``read_module``) refuse a lying header in ``dump``'s words."""
+    from sframe_core.base.errors import FileError
+    from sframe_core.symfiles.module_headers import read_module
+
+    path = _mutated(tmp_path, DEEP, at, fmt, value)
+    said = one_line_error("dump", str(path))
+    assert one_line_error("to-dwarf", str(path), "-o", str(tmp_path / "out.debug")) == said
+    with pytest.raises(FileError) as caught:
+        read_module(str(path))
+    assert f"sframe: {caught.value}" == said
+
+
 # -- not regular files --------------------------------------------------------
 
 

@@ -72,6 +72,7 @@ def test_every_fixture_and_real_program_function(monkeypatch: pytest.MonkeyPatch
     answered = declined = 0
     for path in files:
         with_c, without = _opened(path), _opened(path)
+        analysis_of(with_c).native, analysis_of(without).native = True, False
         for fde in with_c.iter_fdes():
             calls: list[bool] = []
             real = native.analyse
@@ -81,10 +82,8 @@ def test_every_fixture_and_real_program_function(monkeypatch: pytest.MonkeyPatch
                 calls.append(found is not None)
                 return found
             monkeypatch.setattr(native, "analyse", counted)
-            monkeypatch.setattr(native, "USE", True)
             got = analysis_of(with_c).rules(fde)
             monkeypatch.setattr(native, "analyse", real)
-            monkeypatch.setattr(native, "USE", False)
             want = analysis_of(without).rules(fde)
             assert got == want, (path, hex(fde.start))
             if any(calls):
@@ -148,11 +147,7 @@ def test_every_host_library_function(name: str) -> None:
         if got is None:
             continue
         answered += 1
-        native.USE = False
-        try:
-            want = saved.analyse(AMD64, code, start, cfa_at, read, rows=rows)
-        finally:
-            native.USE = True
+        want = saved.analyse(AMD64, code, start, cfa_at, read, rows=rows)
         assert got == want, (name, hex(start))
     assert answered > 100, answered
 
@@ -169,21 +164,17 @@ def test_indirect_jumps_are_declined() -> None:
 
 def _python(code: bytes, start: int, rows: list[tuple[int, CFARule | None]]) -> saved.Analysis:
     starts = [at for at, _ in rows]
-    native.USE = False
-    try:
-        return saved.analyse(AMD64, code, start,
-                             lambda pc: rows[bisect_right(starts, pc) - 1][1], rows=rows)
-    finally:
-        native.USE = True
+    return saved.analyse(AMD64, code, start, lambda pc: rows[bisect_right(starts, pc) - 1][1],
+                         rows=rows)
 
 
 def test_symbol_files_are_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     """lua5.4 -O2 -g (jump tables, ``.cold`` parts): the symbol file with the
     C analysis is the one without it, byte for byte."""
     lua = str(need(REALPROGS / "lua5.4" / "busid-v3" / "lua5.4.noeh"))
-    monkeypatch.setattr(native, "USE", True)
+    monkeypatch.setenv(native.ENV, "1")
     with_c = symbol_file_bytes(lua)
-    monkeypatch.setattr(native, "USE", False)
+    monkeypatch.setenv(native.ENV, "0")
     assert symbol_file_bytes(lua) == with_c
 
 

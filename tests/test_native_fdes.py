@@ -23,6 +23,7 @@ from test_native import _amd64_sframe_files
 from sframe_core.analysis import native
 from sframe_core.analysis.section import SectionAnalysis
 from sframe_core.base.errors import SFrameError
+from sframe_core.format import SAVED_REGISTERS_ENV
 from sframe_core.format.elf import read_elf
 from sframe_core.symfiles import native_fdes
 from sframe_core.symfiles.symfile import symbol_file_bytes
@@ -42,7 +43,7 @@ def _both(monkeypatch: pytest.MonkeyPatch, path: Path | str, jobs: int = 1
     """(the Python's file or error, the C's)."""
     out: list[bytes | str] = []
     for use in (False, True):
-        monkeypatch.setattr(native_fdes, "USE", use)
+        monkeypatch.setenv(native_fdes.ENV, "1" if use else "0")
         try:
             out.append(symbol_file_bytes(str(path), jobs=jobs))
         except SFrameError as exc:
@@ -80,7 +81,7 @@ def test_worker_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     lua = need(REALPROGS / "lua5.4" / "bu2.44-v2" / "lua5.4.noeh")
     python, c = _both(monkeypatch, lua, jobs=2)
     assert c == python
-    monkeypatch.setattr(native_fdes, "USE", True)
+    monkeypatch.setenv(native_fdes.ENV, "1")
     assert symbol_file_bytes(str(lua), jobs=1) == c
 
 
@@ -119,11 +120,9 @@ def test_mutated_sections(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fixtu
 
 
 def test_without_the_saved_register_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``SAVED_REGISTERS = False`` (rows from SFrame alone): the C makes
+    """``SFRAME_SAVED_REGISTERS=0`` (rows from SFrame alone): the C makes
     those FDEs too, the same bytes."""
-    from sframe_core.format import section as section_module
-
-    monkeypatch.setattr(section_module, "SAVED_REGISTERS", False)
+    monkeypatch.setenv(SAVED_REGISTERS_ENV, "0")
     for path in (REALPROGS / "lua5.4" / "busid-v3" / "lua5.4.noeh",
                  FIXTURES / "x86_64" / "bu2.40-v1" / "deep.noeh",
                  FIXTURES / "x86_64" / "busid-v3" / "libsf.so.noeh"):

@@ -21,7 +21,7 @@ from helpers.manifest import manifest_params, require
 
 from sframe_core.analysis.section import SectionAnalysis, analysis_of
 from sframe_core.base.rows import SAME, Rule, RuleKind
-from sframe_core.format import section as section_mod
+from sframe_core.format import SAVED_REGISTERS_ENV
 from sframe_core.format.elf import read_elf
 
 # Coverage floors: gcc -O2 x86-64 code is the target (>= 95%).
@@ -89,7 +89,8 @@ def _lua(producer: str = "busid-v3") -> str:
 
 def test_rows_carry_the_rules_and_the_switch_turns_them_off() -> None:
     """At a PC after the prologue of a real -O2 function, the SFrame row names
-    the slots; with the switch off (per section or module-wide) it names none."""
+    the slots; with the switch off (per section, or by the setting as it is
+    opened) it names none."""
     info = read_elf(_lua())
     section = info.open(analyser=SectionAnalysis)
     assert section is not None
@@ -109,14 +110,12 @@ def test_rows_carry_the_rules_and_the_switch_turns_them_off() -> None:
     off.saved_registers = False
     row_off = off.row_at(pc)
     assert row_off is not None and row_off.regs == () and row_off.cfa == row.cfa
-    section_mod.SAVED_REGISTERS = False
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SAVED_REGISTERS_ENV, "0")
         fresh = info.open(analyser=SectionAnalysis)
-        assert fresh is not None
-        row_fresh = fresh.row_at(pc)
-        assert row_fresh is not None and row_fresh.regs == ()
-    finally:
-        section_mod.SAVED_REGISTERS = True
+    assert fresh is not None
+    row_fresh = fresh.row_at(pc)
+    assert row_fresh is not None and row_fresh.regs == ()
 
 
 def test_analysis_is_cached_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -250,5 +250,5 @@ def test_a_worker_is_expected_sooner_where_the_c_analysis_serves(
     monkeypatch.setattr(native, "built", lambda: False)
     assert jobs._per_code_byte("amd64") == jobs.SECONDS_PER_CODE_BYTE
     monkeypatch.undo()
-    monkeypatch.setattr(native, "USE", False)
+    monkeypatch.setenv(native.ENV, "0")
     assert not native.built()

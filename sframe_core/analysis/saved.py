@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 
 from ..base.abi import Arch
 from ..base.rows import SAME, CFARule, Rule, RuleKind
-from . import native
+from . import native as c_analysis
 from .aarch64 import aarch64_jump_tables
 from .amd64 import amd64_jump_tables
 from .decoders import decoder_for
@@ -224,7 +224,8 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
             pointers: Callable[[int, int], list[int] | None] | None = None,
             entry: Entry | None = None,
             store: ResultStore | None = None,
-            rows: Sequence[tuple[int, CFARule | None]] | None = None) -> Analysis:
+            rows: Sequence[tuple[int, CFARule | None]] | None = None,
+            native: bool = False) -> Analysis:
     """Rules for the callee-saved registers over ``[start, start + len(code))``.
 
     ``cfa_at(pc)`` gives SFrame's CFA rule at a PC of the function (None
@@ -244,14 +245,16 @@ def analyse(arch: Arch, code: bytes, start: int, cfa_at: Callable[[int], CFARule
     ``_qualified``); the dataflow, the costly part, runs only on a miss.
     ``rows``: the (address, CFA rule) rows ``cfa_at`` answers from, which
     amd64's keys from the bytes need (``results.masked_key``).
+    ``native``: ask the C first (``SectionAnalysis.native``); without it the
+    Python alone answers.
     """
     # The same analysis in C where it covers the function (``native``: a
     # fraction of the time; it declines the rest). Its result is the one
     # below, so no kept result is looked up or kept for it, and the Python
     # decoder is not made for it (capstone's binding imported, two handles).
-    if arch.name == "amd64" and entry is None and rows is not None and native.USE \
+    if native and arch.name == "amd64" and entry is None and rows is not None \
             and len(code) <= MAX_BYTES and cfa_at(start) == entry_cfa(arch):
-        served = native.analyse(code, start, rows, read)
+        served = c_analysis.analyse(code, start, rows, read)
         if served is not None:
             return served
     decoder = decoder_for(arch)

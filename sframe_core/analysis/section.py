@@ -17,6 +17,8 @@ from bisect import bisect_right
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from ..base import settings
+
 if TYPE_CHECKING:
     from ..base.rows import CFARule
     from ..format.records import FDE
@@ -41,10 +43,14 @@ class SectionAnalysis:
 
     :param section: the section whose functions are analysed; its ``code``,
         ``pointers`` and ``absolute_tables`` are what the analysis reads.
+    :param native: ask the C analysis first (``analysis/native``; None:
+        ``SFRAME_NATIVE``, read now).
     """
 
-    def __init__(self, section: SFrameSection) -> None:
+    def __init__(self, section: SFrameSection, native: bool | None = None) -> None:
         self.section = section
+        # Read here, not where the C is imported: that is at the first function.
+        self.native = settings.switch("SFRAME_NATIVE") if native is None else native
         # Results kept from other builds of the module (symbol files only).
         self.store: ResultStore | None = None
         # Parts entered by jumps (gcc's NAME.cold), by start: how (parts.py).
@@ -84,7 +90,7 @@ class SectionAnalysis:
 
             result = analyse(section.arch, code, fde.start, cfa_at, read,
                              section.absolute_tables, section.pointers,
-                             self.entries.get(fde.start), self.store, cfas)
+                             self.entries.get(fde.start), self.store, cfas, self.native)
         kept[fde.index] = result
         if len(kept) > SAVED_CACHE_SIZE:
             kept.popitem(last=False)

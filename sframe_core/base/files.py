@@ -46,6 +46,10 @@ _TABLE_NAMES = {SHT_SYMTAB: "symbol table", SHT_DYNSYM: "dynamic symbol table",
                 SHT_RELA: "relocation section", SHT_REL: "relocation section"}
 # (e_type, e_phoff, e_shoff, e_phentsize, e_phnum, e_shentsize, e_shnum, e_shstrndx)
 _EHDR = {1: "16xH10xII6xHHHHH", 2: "16xH14xQQ6xHHHHH"}
+# The whole header after e_ident: e_type, e_machine, e_version, e_entry,
+# e_phoff, e_shoff, e_flags, e_ehsize, e_phentsize, e_phnum, e_shentsize,
+# e_shnum, e_shstrndx.
+_EHDR_FULL = {1: "HHIIIIIHHHHHH", 2: "HHIQQQIHHHHHH"}
 # (sh_name, sh_type, sh_offset, sh_size, sh_link, sh_info, sh_entsize)
 _SHDR = {1: "II8xIIII4xI", 2: "II16xQQII8xQ"}
 # (p_type, p_offset, p_filesz)
@@ -137,6 +141,20 @@ def read_within(stream: BinaryIO, offset: int, size: int, limit: int, what: str,
     return data
 
 
+class _Checked(NamedTuple):
+    """What ``check_elf_layout`` read, for ``elf_layout`` to decode without
+    reading it again."""
+
+    cls: int
+    end: str  # the ``struct`` byte order
+    header: bytes  # the ELF header, e_ident included
+    sections: bytes  # the section header table (empty for a core, or none)
+    segments: bytes  # the program header table (empty for a core, or none)
+    shstrndx: int  # extended numbering resolved
+    size: int
+    strtab: bytes  # the section name table, where it is sound
+
+
 def check_elf_layout(stream: BinaryIO, label: str) -> None:
     """Check an ELF file's header tables against its size, before parsing.
 
@@ -149,6 +167,11 @@ def check_elf_layout(stream: BinaryIO, label: str) -> None:
 
     :raises FileError: naming ``label`` and the header field that lies.
     """
+    _checked(stream, label)
+
+
+def _checked(stream: BinaryIO, label: str) -> _Checked:
+    """``check_elf_layout``, giving back the header tables it read."""
     size = os.fstat(stream.fileno()).st_size
     ident = _read_at(stream, 0, 16)
     if len(ident) < 16 or ident[:4] != b"\x7fELF":
@@ -166,6 +189,7 @@ def check_elf_layout(stream: BinaryIO, label: str) -> None:
 
     shdr = struct.Struct(end + _SHDR[cls])
     sections: list[tuple[int, ...]] = []
+    table = headers = b""
     if e_type == ET_CORE:
         # A core is read through its program headers only; a truncated core
         # is still useful, and ``corefile`` checks the notes it reads.
@@ -212,6 +236,7 @@ def check_elf_layout(stream: BinaryIO, label: str) -> None:
         if own is not None and entsize != own:
             raise FileError(f"{label}: {_TABLE_NAMES[stype]} {names(index)} has entry size "
                             f"{entsize}, not {own} (sh_entsize)")
+    return _Checked(cls, end, header, table, headers, shstrndx, size, names.strtab)
 
 
 def _names(stream: BinaryIO, sections: list[tuple[int, ...]], shstrndx: int, size: int
@@ -305,7 +330,8 @@ class ElfLayout(NamedTuple):
     """An ELF file's header fields and section headers, read with ``struct``.
 
     For readers on a backtrace's path (``symbols``, ``cfi``) that need a few
-    sections' bytes: pyelftools builds an object per section, and parses
+    sections' bytes, and for the symbol files (``module_headers``), which
+    copy the headers: pyelftools builds an object per section, and parses
     the hash tables, to find one by name (about 5 ms for libc, per file
     and per reader). Only valid for a file ``check_elf_layout`` accepted.
     """
@@ -317,6 +343,12 @@ class ElfLayout(NamedTuple):
     sections: tuple[SectionHeader, ...]
     segments: tuple[SegmentHeader, ...] = ()
     entry: int = 0
+    # As the file holds them, for a copy of its headers (the symbol files):
+    ident: bytes = b""  # e_ident
+    header: tuple[int, ...] = ()  # e_type .. e_shstrndx
+    program_headers: tuple[tuple[int, ...], ...] = ()  # p_type .. p_align, the class's order
+    shstrndx: int = 0  # the section name table's index (extended numbering resolved)
+    size: int = 0  # of the file
 
     def section(self, name: str) -> SectionHeader | None:
         """The section called ``name``; the last of that name, as pyelftools'
@@ -341,38 +373,27 @@ def elf_layout(stream: BinaryIO, label: str) -> ElfLayout:
     :raises FileError: as ``check_elf_layout`` would (it is not trusted to
         have run on this very stream).
     """
-    check_elf_layout(stream, label)
-    ident = _read_at(stream, 0, 16)
-    cls, end = ident[4], "<" if ident[5] == 1 else ">"
-    header = _read_at(stream, 0, _EHSIZE[cls])
-    e_type, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx = \
-        struct.unpack_from(end + _EHDR[cls], header)
-    machine, _version, entry = struct.unpack_from(end + ("HII" if cls == 1 else "HIQ"), header, 18)
+    checked = _checked(stream, label)
+    cls, end, header, size = checked.cls, checked.end, checked.header, checked.size
+    ident = header[:16]
+    fields = struct.unpack_from(end + _EHDR_FULL[cls], header, 16)
+    e_type, machine, entry = fields[0], fields[1], fields[3]
     wide, big = cls == 2, end == ">"
     if e_type == ET_CORE:
-        return ElfLayout(wide, big, e_type, machine, (), (), entry)
-    rows: list[tuple[int, ...]] = []
-    if shoff:
-        shdr = struct.Struct(end + _SHDR_FULL[cls])
-        first = shdr.unpack(_read_at(stream, shoff, shentsize))
-        count = shnum or first[5]
-        if phnum == PN_XNUM:
-            phnum = first[7]
-        if shstrndx == SHN_XINDEX:
-            shstrndx = first[6]
-        rows = section_rows(_read_at(stream, shoff, count * shentsize), end, cls == 2)
+        return ElfLayout(wide, big, e_type, machine, (), (), entry, ident, fields, (), 0, size)
+    rows = section_rows(checked.sections, end, wide)
     segments: tuple[SegmentHeader, ...] = ()
-    if phnum:
-        table = segment_rows(_read_at(stream, phoff, phnum * phentsize), end, cls == 2)
+    table: list[tuple[int, ...]] = []
+    if checked.segments:
+        table = segment_rows(checked.segments, end, wide)
         if wide:
             segments = tuple(SegmentHeader(t, f, o, v, fs, ms) for t, f, o, v, _p, fs, ms, _a
                              in table)
         else:
             segments = tuple(SegmentHeader(t, f, o, v, fs, ms) for t, o, v, _p, fs, ms, f, _a
                              in table)
-    short: list[tuple[int, ...]] = [(r[0], r[1], r[4], r[5]) for r in rows]
-    strtab = _names(stream, short, shstrndx, os.fstat(stream.fileno()).st_size).strtab
-    return ElfLayout(wide, big, e_type, machine, named_sections(rows, strtab), segments, entry)
+    return ElfLayout(wide, big, e_type, machine, named_sections(rows, checked.strtab), segments,
+                     entry, ident, fields, tuple(table), checked.shstrndx, size)
 
 
 def section_rows(table: bytes, end: str, wide: bool = True) -> list[tuple[int, ...]]:

@@ -49,7 +49,12 @@ SETTINGS = {setting.name: setting for setting in (
             "keep saved-register analysis results across builds (docs/dwarf.md)"),
     Setting("SFRAME_NATIVE", "switch", "on",
             "the saved-register analysis and amd64 FDEs in C where a C compiler built them "
-            "(docs/dwarf.md, \"Cost\")"),
+            "(docs/dwarf.md, \"Cost\"); read as a section's analysis is made and as a symbol "
+            "file asks for the C"),
+    Setting("SFRAME_SAVED_REGISTERS", "switch", "on",
+            "off: rows carry SFrame's CFA, RA and FP rules alone, no callee-saved register "
+            "rules (symbol files get a cache entry of their own); read as a section is opened "
+            "(docs/gdb.md)"),
     Setting("SFRAME_STOP_WAIT_SECONDS", "number", "",
             "the longest a stop waits for a nearly done worker (default: 0.5 s, at most half "
             "the debugger's age; 0: never)", tests=True),
@@ -59,6 +64,9 @@ SETTINGS = {setting.name: setting for setting in (
     Setting("SFRAME_SPLIT_MIN_FDES", "number", "",
             "from how many FDEs a symbol file is split between processes (default: by what "
             "makes the FDEs)", tests=True),
+    Setting("SFRAME_NATIVE_FDES", "switch", "on",
+            "off: a symbol file's amd64 FDEs made by the Python around the C analysis, not by "
+            "`fdes.c` (the tests compare both)", tests=True),
     Setting("SFRAME_TEST_HOLD_STOPPED", "number", "0",
             "`sframe backtrace --pid` holds the process stopped this many seconds", tests=True),
 )}

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO, TypeVar
+from typing import Any
 
 from ..analysis.section import SectionAnalysis
 from ..base.errors import FileError, SFrameError
@@ -26,15 +26,10 @@ from ..format.elf import read_elf
 from ..format.section import SFrameSection
 from ..targets import backtrace
 from ..version import __version__
+from . import verify as verify_cli
+from .common import PROG, CommandFailed, UsageError, error_line, in_parallel
 
 __all__ = ["main", "command", "COMMANDS", "CommandFailed", "parse_address", "open_input"]
-
-PROG = "sframe"
-
-
-class CommandFailed(Exception):
-    """A command's own failure, already worded for the user (exit status 1)."""
-
 
 @dataclass(frozen=True)
 class Command:
@@ -162,10 +157,6 @@ def _need_one_input(args: argparse.Namespace) -> None:
         raise UsageError("give either FILE or --raw BLOB")
 
 
-class UsageError(Exception):
-    """Arguments argparse alone cannot check (exit status 2)."""
-
-
 # -- lookup -----------------------------------------------------------------
 
 
@@ -210,120 +201,10 @@ def run_lookup(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- verify (sframe_core/verify/, cli/verify.py) ---------------------------------------
+# -- verify (sframe_core/verify/; its arguments and output: cli/verify.py) ----------
 
 
-def _configure_verify(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="ELF files (with -r: directories) whose .sframe to check")
-    parser.add_argument("-r", "--recursive", action="store_true",
-                        help="walk every ELF file with .sframe under the directories, in parallel")
-    parser.add_argument("--against", metavar="FILE",
-                        help="take the DWARF CFI from FILE (a separate debug file)")
-    parser.add_argument("--kernel", action="store_true",
-                        help="also check that Linux's SFrame unwinder would accept the section")
-    parser.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
-                        help="worker processes for -r (default: CPUs, at most 8)")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="print every function, agreeing ones too")
-    parser.add_argument("--json", action="store_true", help="print JSON")
-
-
-_J = TypeVar("_J")
-_R = TypeVar("_R")
-
-
-def _in_parallel(run: Callable[[_J], _R], jobs: Sequence[_J], names: Sequence[str],
-                 workers: int | None) -> list[_R]:
-    """``run`` on every job, in worker processes (``workers``, default the
-    CPUs, at most 8), results in order; a progress line naming each job as it
-    is done, on a terminal only (a log or a pipe gets none)."""
-    if len(jobs) < 2:
-        return [run(job) for job in jobs]
-    import multiprocessing
-
-    results: list[_R] = []
-    progress = sys.stderr.isatty()
-    count = max(1, min(workers or os.cpu_count() or 1, 8, len(jobs)))
-    with multiprocessing.get_context("spawn" if sys.platform == "darwin" else "fork").Pool(
-            count) as pool:
-        for done, result in enumerate(pool.imap(run, jobs, chunksize=1), 1):
-            results.append(result)
-            if progress:
-                sys.stderr.write(f"\r[{done}/{len(jobs)}] {names[done - 1][-60:]:<60}")
-                sys.stderr.flush()
-    if progress:
-        sys.stderr.write("\r" + " " * 80 + "\r")
-    return results
-
-
-def _verify_one(job: tuple[str, str | None, bool]) -> object:
-    from ..verify.check import safe_verify
-
-    return safe_verify(*job)
-
-
-@command("verify", "check that .sframe says what .eh_frame/.debug_frame say, at every PC",
-         _configure_verify)
-def run_verify(args: argparse.Namespace) -> int:
-    """Exit 0: everything agrees or differs only in named, expected ways; 1: a
-    disagreement, an unexplained uncovered range, or a fatal finding; 2: a
-    file cannot be read (one line each on stderr)."""
-    from ..verify.check import Unreadable, safe_verify
-    from ..verify.records import Report
-    from .verify import report_json, report_lines, walk_elves
-
-    if args.against and (args.recursive or len(args.files) != 1):
-        raise UsageError("--against goes with exactly one FILE")
-    paths: list[str] = []
-    skipped = 0
-    if args.recursive:
-        for top in args.files:
-            if not os.path.isdir(top):
-                raise UsageError(f"{top}: not a directory (-r walks directories)")
-            paths += walk_elves(top)
-    else:
-        paths = list(args.files)
-    jobs = [(path, args.against, args.kernel) for path in paths]
-    if args.recursive:
-        results = _in_parallel(_verify_one, jobs, [job[0] for job in jobs], args.jobs)
-    else:
-        results = [safe_verify(*job) for job in jobs]
-    reports: list[Report] = []
-    errors: list[str] = []
-    for result in results:
-        if isinstance(result, Report):
-            reports.append(result)
-        elif isinstance(result, Unreadable) and result.skip and args.recursive:
-            skipped += 1  # walking a tree: most files carry no SFrame (or no CFI)
-        elif isinstance(result, Unreadable):
-            errors.append(result.text)
-    failed = sum(1 for r in reports if r.failed)
-    # A gate over a tree must not pass on nothing: e.g. a linker dropped
-    # every output's .sframe (gold and lld with --gc-sections).
-    nothing = args.recursive and not reports and not errors
-    status = 2 if errors or nothing else 1 if failed else 0
-    out = sys.stdout
-    if args.json:
-        json.dump({"files": [report_json(r) for r in reports], "errors": errors,
-                   "skipped": skipped, "status": status}, out, indent=1)
-        out.write("\n")
-    else:
-        for report in reports:
-            for line in report_lines(report, verbose=args.verbose):
-                out.write(line + "\n")
-        if len(paths) > 1:
-            out.write(f"{PROG} verify: {len(reports)} files verified: {len(reports) - failed} OK, "
-                      f"{failed} FAIL; {len(errors)} unreadable"
-                      + (f"; {skipped} skipped (no .sframe, or no CFI to compare)" if args.recursive
-                         else "") + "\n")
-    out.flush()
-    for error in errors:
-        _error(sys.stderr, error)
-    if nothing:
-        _error(sys.stderr, f"no file verified ({skipped} skipped: no .sframe, or no CFI to "
-                           "compare)")
-    return status
+command("verify", verify_cli.HELP, verify_cli.configure)(verify_cli.run)
 
 
 # -- backtrace (sframe_core/targets/backtrace.py) ------------------------------------
@@ -403,7 +284,7 @@ def run_to_dwarf(args: argparse.Namespace) -> int:
         # this made by a process of its own and find it there.
         found = symbol_file_for(args.file, cache=args.cache or None, jobs=jobs)
         if found.warning:
-            _error(sys.stderr, found.warning)
+            error_line(sys.stderr, found.warning)
         sys.stdout.write(f"{found.path}\n")
         return 0
     out = args.output or f"{args.file}.debug"
@@ -420,7 +301,7 @@ def run_to_dwarf(args: argparse.Namespace) -> int:
             raise CommandFailed(f"{os.path.dirname(out)}: {exc.strerror or exc}") from None
     made = write_symbol_file(args.file, out, jobs=jobs, debug_file=debug)
     if args.build_id_dir and module.has_debug_info:
-        _error(sys.stderr, _OWN_DEBUG_INFO.format(args.file))
+        error_line(sys.stderr, _OWN_DEBUG_INFO.format(args.file))
     sys.stdout.write(f"{made.path}\n")
     return 0
 
@@ -446,7 +327,7 @@ def _to_dwarf_tree(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.file}: not a directory (-r walks directories)")
     tree = plan_tree(walk_elves(args.file), args.build_id_dir, debug_roots(args.debug_dir),
                      args.force)
-    outcomes: list[Outcome] = _in_parallel(make, tree.jobs, [j.module for j in tree.jobs],
+    outcomes: list[Outcome] = in_parallel(make, tree.jobs, [j.module for j in tree.jobs],
                                            args.jobs)
     failed = [o.text for o in outcomes if o.status == "failed"]
     for outcome in outcomes:
@@ -459,9 +340,9 @@ def _to_dwarf_tree(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     for outcome in outcomes:
         if outcome.status == "written" and outcome.job.own_debug_info:
-            _error(sys.stderr, _OWN_DEBUG_INFO.format(outcome.job.module))
+            error_line(sys.stderr, _OWN_DEBUG_INFO.format(outcome.job.module))
     for text in [*tree.errors, *failed]:
-        _error(sys.stderr, text)
+        error_line(sys.stderr, text)
     return 1 if failed or tree.errors else 0
 
 
@@ -576,11 +457,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _error(stream: TextIO, text: str) -> None:
-    stream.write(f"{PROG}: {text}\n")
-    stream.flush()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -596,22 +472,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt as exc:
             if args.traceback:
                 raise
-            _error(sys.stderr, str(exc) or "interrupted")
+            error_line(sys.stderr, str(exc) or "interrupted")
             return 130
         except (SFrameError, CommandFailed) as exc:
             if args.traceback:
                 raise
-            _error(sys.stderr, str(exc))
+            error_line(sys.stderr, str(exc))
             return 1
         except OSError as exc:
             if args.traceback:
                 raise
-            _error(sys.stderr, f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+            error_line(sys.stderr, f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
             return 1
         except Exception as exc:  # a bug: still one line, unless asked for more
             if args.traceback:
                 raise
-            _error(sys.stderr, f"internal error: {type(exc).__name__}: {exc} "
+            error_line(sys.stderr, f"internal error: {type(exc).__name__}: {exc} "
                                "(rerun with --traceback)")
             return 1
     except BrokenPipeError:

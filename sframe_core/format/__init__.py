@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import sys
+from ..base import settings
 
-__all__ = ["saved_registers"]
+__all__ = ["SAVED_REGISTERS_ENV", "saved_registers"]
+
+# The switch for the callee-saved register analysis (analysis/saved.py): rows
+# carry rules for rbx/r12-r15, x19-x28/d8-d15 where the function's code proves
+# them. A section takes it as it is opened, unless its opener says.
+SAVED_REGISTERS_ENV = "SFRAME_SAVED_REGISTERS"
 
 
 def saved_registers() -> bool:
-    """``section.SAVED_REGISTERS``, the switch of the callee-saved register
-    analysis, without importing the decoder for it.
+    """Whether a section opened now gives its rows saved-register rules.
 
-    A symbol file's cache key depends on the switch, and a cache hit decodes
-    no section: until ``section`` is imported nobody has set the switch, so
-    it has the value ``section`` gives it (True).
+    Here rather than in ``section``: a symbol file's cache key depends on
+    it, and a cache hit imports no decoder.
     """
-    section = sys.modules.get(f"{__name__}.section")
-    return True if section is None else bool(section.SAVED_REGISTERS)
+    return settings.switch(SAVED_REGISTERS_ENV)

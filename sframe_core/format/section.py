@@ -18,12 +18,13 @@ from typing import NamedTuple, Protocol
 from ..base.abi import Arch, arch_for_abi
 from ..base.errors import FormatError
 from ..base.rows import CFARule, Row, Rule
+from . import saved_registers as saved_registers_setting
 from .errata import correct_cfa
 from .records import FDE, FRE, Header, decode_fres, fde_decoder, fde_start_field, fre_finder, parse_header
 from .rules import FRERules, fre_rules
 
 __all__ = ["SFrameSection", "Lookup", "CodeReader", "PointerReader", "Region", "SavedRules",
-           "SavedAnalyser", "SAVED_REGISTERS"]
+           "SavedAnalyser"]
 
 # Reads ``size`` bytes at an address of the section's address space from the
 # file (never from target memory): code, and jump tables; None where the file
@@ -71,13 +72,6 @@ class SavedAnalyser(Protocol):
         section's, with its code: ``SFrameSection.code``)."""
         ...
 
-# The switch for the callee-saved register analysis (saved.py): rows carry
-# rules for rbx/r12-r15, x19-x28/d8-d15 where the function's code proves them.
-# Sections opened with ``saved_registers=None`` follow it. (``format.saved_registers``
-# reads it without importing this module, and takes this default for a module
-# not imported yet.)
-SAVED_REGISTERS = True
-
 # A sorted section is searched in place (O(log n) reads of start fields)
 # until it has answered this many lookups; then the starts are read into a
 # list once, which a backtrace or a debugging session amortises at once.
@@ -113,6 +107,9 @@ class SFrameSection:
         runtime addresses for ``sh_addr`` plus the load bias).
     :param pcrel: override the PCREL flag (``.o`` files whose relocations
         were applied hold PC-relative start fields without the flag).
+    :param saved_registers: whether rows get the saved-register rules its
+        analyser finds (None: ``SFRAME_SAVED_REGISTERS``, read now:
+        ``format.saved_registers``).
     :raises FormatError: the header is not valid.
     """
 
@@ -141,7 +138,8 @@ class SFrameSection:
         self._fres: OrderedDict[int, tuple[FRE, ...]] = OrderedDict()
         # Where the functions' code comes from, for the saved-register analysis.
         self.code = code
-        self.saved_registers = saved_registers
+        self.saved_registers: bool = saved_registers_setting() if saved_registers is None \
+            else saved_registers
         # The saved-register analysis of the functions, given by the opener.
         self.analyser: SavedAnalyser | None = None
         # Absolute addresses read from the file are the runtime ones (ET_EXEC).
@@ -362,9 +360,9 @@ class SFrameSection:
 
     @property
     def saves_registers(self) -> bool:
-        """Whether this section's rows get the saved-register rules: its own
-        switch, else the module's (``SAVED_REGISTERS``)."""
-        return SAVED_REGISTERS if self.saved_registers is None else self.saved_registers
+        """Whether this section's rows get the saved-register rules (its
+        ``saved_registers``)."""
+        return self.saved_registers
 
     def wants_saved(self, fde: FDE) -> bool:
         """Whether the rows of ``fde`` carry saved-register rules: the section

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..base import settings
 from ..base.errors import SFrameError
+from ..format import saved_registers
 
 if TYPE_CHECKING:
     import subprocess
@@ -89,12 +90,10 @@ def made_at_once(path: str) -> bool:
 
     Also True where a worker would gain nothing: the module cannot be read
     (the generation then says what is wrong, at once), or the saved-register
-    analysis is off (the file then costs little, and a worker would not know
-    it is off).
+    analysis is off (the file then costs little).
     """
-    from ..format import section as section_module
     from .native_fdes import serves
-    if not section_module.SAVED_REGISTERS:
+    if not saved_registers():
         return True
     found = _section(path)
     if found is None:
@@ -187,11 +186,10 @@ def symbol_file_now(path: str, *, function_symbols: bool = True, before_entry: b
     cannot fork itself; the rest here, as before. A worker that fails or
     cannot start leaves the module to ``symbol_file_for`` here, which makes
     it or raises what is wrong with it (one line, as always)."""
-    from ..format import section as section_module
     from .symfile import cached_symbol_file, symbol_file_for
     from .workers import default_jobs
 
-    if section_module.SAVED_REGISTERS and default_jobs() > 1 and _splits(path):
+    if saved_registers() and default_jobs() > 1 and _splits(path):
         result = Job(path, lambda result: None, function_symbols=function_symbols,
                      before_entry=before_entry, nice=0, numbered_names=numbered_names).wait()
         if result.path is not None:

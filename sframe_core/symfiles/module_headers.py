@@ -1,6 +1,10 @@
-"""A module's ELF headers, read once with ``struct`` and bounds-checked against
-its size, with its build-id and ``.gnu_debuglink``: what a symbol file is
-planned from, and all a cache hit reads (no pyelftools: microseconds).
+"""A module's ELF headers with its build-id and ``.gnu_debuglink``: what a
+symbol file is planned from, and all a cache hit reads.
+
+The headers are ``base/files.py``'s ``elf_layout``, the one reader of ELF
+headers with ``struct`` (bounds-checked against the file, its checks and
+messages the ones every command gives; no pyelftools: microseconds); this
+adds what a symbol file needs of them.
 """
 
 from __future__ import annotations
@@ -11,34 +15,58 @@ from typing import NamedTuple
 
 from ..base.abi import ELF_MACHINE_NAMES, Arch, arch_for_machine
 from ..base.errors import FileError
+from ..base.files import ElfLayout, elf_layout, notes_build_id, open_regular, read_within
 from ..base.files import SectionHeader as _Section
-from ..base.files import named_sections, notes_build_id, read_within, section_rows, segment_rows
 
 __all__ = ["ModuleInfo", "read_module"]
 
-_SHT_NULL, _SHT_NOTE, _SHT_NOBITS = 0, 7, 8
-_EHDR_SIZE, _PHDR_SIZE, _SHDR_SIZE = 64, 56, 64  # ELF64's
+_SHT_NOTE, _SHT_NOBITS = 7, 8
 _PT_NOTE = 4
 _DEBUG_INFO = (".debug_info", ".zdebug_info")
 
 
 class ModuleInfo(NamedTuple):
-    """An ELF file's headers, read once, bounds-checked against its size."""
+    """A 64-bit ELF file's headers (``layout``), read once, with its build-id
+    and debuglink."""
 
     path: str
-    big_endian: bool
-    ident: bytes
-    header: tuple[int, ...]  # e_type .. e_shstrndx, as unpacked
-    phdrs: tuple[tuple[int, ...], ...]
-    sections: tuple[_Section, ...]
-    shstrndx: int
-    size: int
+    layout: ElfLayout
     build_id: str | None
     debuglink: tuple[str, int] | None  # (name, crc32)
 
     @property
+    def big_endian(self) -> bool:
+        return self.layout.big_endian
+
+    @property
+    def ident(self) -> bytes:
+        return self.layout.ident
+
+    @property
+    def header(self) -> tuple[int, ...]:
+        """e_type .. e_shstrndx, as the file holds them."""
+        return self.layout.header
+
+    @property
+    def phdrs(self) -> tuple[tuple[int, ...], ...]:
+        """The program headers, p_type .. p_align."""
+        return self.layout.program_headers
+
+    @property
+    def sections(self) -> tuple[_Section, ...]:
+        return self.layout.sections
+
+    @property
+    def shstrndx(self) -> int:
+        return self.layout.shstrndx
+
+    @property
+    def size(self) -> int:
+        return self.layout.size
+
+    @property
     def elf_type(self) -> int:
-        return self.header[0]
+        return self.layout.e_type
 
     def section(self, name: str) -> _Section | None:
         for sec in self.sections:
@@ -49,7 +77,7 @@ class ModuleInfo(NamedTuple):
     @property
     def arch(self) -> Arch | None:
         """The module's ABI, where SFrame defines one for its machine."""
-        return arch_for_machine(ELF_MACHINE_NAMES.get(self.header[1], ""), self.big_endian)
+        return arch_for_machine(ELF_MACHINE_NAMES.get(self.layout.machine, ""), self.big_endian)
 
     @property
     def has_debug_info(self) -> bool:
@@ -60,53 +88,20 @@ class ModuleInfo(NamedTuple):
 def read_module(path: str) -> ModuleInfo:
     """The headers of ``path`` (a 64-bit ELF file) and its build-id and debuglink.
 
-    :raises FileError: not readable, not a 64-bit ELF file, or malformed.
+    :raises FileError: not readable, not a 64-bit ELF file, or malformed (as
+        ``elf_layout`` says), or without the section name table its section
+        headers need (the symbol file copies them).
     """
+    stream = open_regular(path)
     try:
-        with open(path, "rb") as stream:
-            size = os.fstat(stream.fileno()).st_size
-            ident = stream.read(16)
-            if len(ident) < 16 or ident[:4] != b"\x7fELF":
-                raise FileError(f"{path}: not an ELF file")
-            if ident[4] != 2:
+        with stream:
+            layout = elf_layout(stream, path)
+            if not layout.wide:
                 raise FileError(f"{path}: not a 64-bit ELF file")
-            if ident[5] not in (1, 2):
-                raise FileError(f"{path}: malformed ELF file: bad data encoding {ident[5]}")
-            endian = ">" if ident[5] == 2 else "<"
-            raw = read_within(stream, 16, _EHDR_SIZE - 16, size, "the ELF header", path)
-            header = struct.unpack(endian + "HHIQQQIHHHHHH", raw)
-            (_etype, _machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize,
-             phnum, shentsize, shnum, shstrndx) = header
-            phdrs: list[tuple[int, ...]] = []
-            if phnum:
-                if phentsize != _PHDR_SIZE:
-                    raise FileError(f"{path}: malformed ELF file: program header size {phentsize}")
-                phdrs = segment_rows(read_within(stream, phoff, phnum * _PHDR_SIZE, size,
-                                                 "the program headers", path), endian)
-            rows: list[tuple[int, ...]] = []
-            if shoff:
-                if shentsize != _SHDR_SIZE:
-                    raise FileError(f"{path}: malformed ELF file: section header size {shentsize}")
-                (first,) = section_rows(read_within(stream, shoff, _SHDR_SIZE, size,
-                                                    "the section headers", path), endian)
-                if shnum == 0:
-                    shnum = first[5]  # extended numbering: the count is in section 0
-                if shstrndx == 0xFFFF:
-                    shstrndx = first[6]
-                rows = section_rows(read_within(stream, shoff, shnum * _SHDR_SIZE, size,
-                                                "the section headers", path), endian)
-            names = b""
-            if rows:
-                if not 0 < shstrndx < len(rows):
-                    raise FileError(f"{path}: malformed ELF file: no section name table")
-                strtab = rows[shstrndx]
-                names = read_within(stream, strtab[4], strtab[5], size, "the section name table",
-                                    path)
-            sections = named_sections(rows, names)
-            for sec in sections:
-                if sec.type not in (_SHT_NOBITS, _SHT_NULL) and sec.offset + sec.size > size:
-                    raise FileError(f"{path}: malformed ELF file: section {sec.name} lies outside "
-                                    "the file")
+            sections, size = layout.sections, layout.size
+            if sections and not 0 < layout.shstrndx < len(sections):
+                raise FileError(f"{path}: malformed ELF file: no section name table")
+            endian = ">" if layout.big_endian else "<"
             build_id = None
             for sec in sections:
                 if sec.type == _SHT_NOTE and sec.size <= 1 << 20:
@@ -115,7 +110,7 @@ def read_module(path: str) -> ModuleInfo:
                     if build_id:
                         break
             if build_id is None and not sections:
-                for ph in phdrs:
+                for ph in layout.program_headers:
                     if ph[0] == _PT_NOTE and ph[5] <= 1 << 20:
                         build_id = notes_build_id(read_within(stream, ph[2], ph[5], size,
                                                               "a PT_NOTE segment", path), endian)
@@ -131,5 +126,4 @@ def read_module(path: str) -> ModuleInfo:
                         debuglink = (os.fsdecode(data[:name_end]), crc)
     except OSError as exc:
         raise FileError(f"{path}: {exc.strerror or exc}") from None
-    return ModuleInfo(path, endian == ">", ident, header, tuple(phdrs), sections,
-                      shstrndx, size, build_id, debuglink)
+    return ModuleInfo(path, layout, build_id, debuglink)

@@ -25,6 +25,7 @@ from ..analysis import native
 from ..analysis.native.protocol import FDE_WORDS, NOMEM, SMALL, ST_DECLINED, ST_DONE, Region, Section
 from ..analysis.records import MAX_BYTES, Analysis
 from ..analysis.section import SectionAnalysis
+from ..base import settings
 from ..base.abi import AMD64
 
 if TYPE_CHECKING:
@@ -32,10 +33,10 @@ if TYPE_CHECKING:
     from ..format.section import Region as Segment
     from ..format.section import SFrameSection
 
-__all__ = ["USE", "Made", "fdes_maker", "serves"]
+__all__ = ["ENV", "Made", "fdes_maker", "serves"]
 
 # Whether symbol files ask the C for their FDEs (tests compare both ways).
-USE = True
+ENV = "SFRAME_NATIVE_FDES"
 
 
 class _Input:
@@ -64,17 +65,20 @@ class _Input:
 Made = tuple["Encoded | None", "Analysis | None"] | None
 
 
-def _entered(section: SFrameSection) -> bool:
-    """Whether parts of ``section`` were given entries (``SectionAnalysis.enter_parts``)."""
+def _declined(section: SFrameSection) -> bool:
+    """Whether ``section``'s analysis keeps to the Python: parts were given
+    entries (``SectionAnalysis.enter_parts``), or it was made without the C."""
     analyser = section.analyser
-    return isinstance(analyser, SectionAnalysis) and bool(analyser.entries)
+    return isinstance(analyser, SectionAnalysis) and (bool(analyser.entries)
+                                                      or not analyser.native)
 
 
 def serves(section: SFrameSection) -> bool:
     """Whether the C makes ``section``'s FDEs where a symbol file asks
-    (amd64, sorted, no parts given entries, the C built; nothing loaded)."""
-    return USE and section.arch.abi_id == AMD64.abi_id and not section.header.big_endian \
-        and section.header.sorted and not _entered(section) and native.built()
+    (``SFRAME_NATIVE_FDES``; amd64, sorted, no parts given entries, the C
+    built; nothing loaded)."""
+    return settings.switch(ENV) and section.arch.abi_id == AMD64.abi_id and not section.header.big_endian \
+        and section.header.sorted and not _declined(section) and native.built()
 
 
 def fdes_maker(section: SFrameSection) -> Callable[[range], list[Made]] | None:

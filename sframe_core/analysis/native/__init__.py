@@ -57,13 +57,10 @@ from .protocol import (
     declare,
 )
 
-__all__ = ["ENV", "USE", "available", "analyse", "build", "built", "exits", "library",
+__all__ = ["ENV", "wanted", "available", "analyse", "build", "built", "exits", "library",
            "library_path"]
 
 ENV = "SFRAME_NATIVE"
-# Whether ``saved.analyse`` asks the C first (tests of the Python analysis
-# itself turn it off; ``SFRAME_NATIVE=0`` does for a session).
-USE = settings.switch(ENV)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # amd64.c: the analysis; fdes.c: a symbol file's FDEs around it (symfiles/native_fdes.py);
 # sframe_native.h: the protocol both share with protocol.py.
@@ -116,9 +113,16 @@ def _capstone() -> tuple[str, str] | None:
     return include, lib
 
 
+def wanted() -> bool:
+    """Whether the C may serve (``SFRAME_NATIVE``): read each time a section's
+    analysis is made or a symbol file asks, so a test or a session turns it
+    off by the variable."""
+    return settings.switch(ENV)
+
+
 def built() -> bool:
     """Is the C analysis built here and not turned off (without loading it)?"""
-    if not USE:
+    if not wanted():
         return False
     if _lib is not None:
         return True
@@ -218,7 +222,7 @@ def available() -> bool:
     global _lib, _tried
     if _lib is not None:
         return True
-    if _tried or not USE:
+    if _tried or not wanted():
         return False
     _tried = True
     found = _capstone()
@@ -288,8 +292,8 @@ def analyse(code: bytes, start: int, rows: Sequence[tuple[int, CFARule | None]],
 
 def library() -> Any:
     """The loaded library (``sf_amd64_fdes`` for symfiles/native_fdes.py), or
-    None (none, or turned off: ``USE``)."""
-    return _lib if USE and (_lib is not None or available()) else None
+    None (none, or turned off: ``wanted``)."""
+    return _lib if wanted() and (_lib is not None or available()) else None
 
 
 def _spans(out: list[int]) -> tuple[tuple[Span, ...], int]:
