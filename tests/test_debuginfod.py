@@ -267,7 +267,18 @@ def _sleeping(served: Served, side: str) -> subprocess.Popen[str]:
     process = subprocess.Popen([_tool("setarch"), "x86_64", "-R", str(_program(served, side)),
                                 "sleep"], stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None and process.stdout.readline().startswith("READY")
-    return process
+    # READY is written before pause(): until the process is in pause (x86_64's
+    # syscall 34) a sample can catch it in write's return, a frame apart.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{process.pid}/syscall").read_text().split()[0] == "34":
+                return process
+        except (OSError, IndexError):
+            pass
+        time.sleep(0.01)
+    process.kill()
+    raise AssertionError(f"{_program(served, side)} never reached pause()")
 
 
 def test_eu_stack_live_and_core(served: Served, tmp_path: Path) -> None:
