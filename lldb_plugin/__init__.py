@@ -69,7 +69,7 @@ def _install(debugger) -> None:
     """Route (and, where needed, register the provider on) every existing
     target; arrange it for later ones: the stop-hook, the command overrides,
     the locate-module callback, the module put in LLDB's list for ``lldb FILE``."""
-    from . import hooks, locate, overrides, registry, seed, state, symfiles
+    from . import create, hooks, locate, overrides, registry, seed, state, symfiles
     registry.supported()  # worked out here, before any locate-module callback asks
     state.numbers_unnamed_symbols()  # likewise
     if symfiles.enabled():
@@ -84,8 +84,11 @@ def _install(debugger) -> None:
     # The dummy target can only be reached while no target exists: targets
     # created after this point need 'sframe enable' (or the plugin loaded
     # from ~/.lldbinit, before any target).
-    for i in range(count):
-        target = debugger.GetTargetAtIndex(i)
+    for target in [debugger.GetTargetAtIndex(i) for i in range(count)]:
+        if symfiles.enabled():
+            # A core loaded before the import: made again with the module copy
+            # where LLDB needs one (before 22), as 'sframe create' would.
+            target = create.remake_core(debugger, target) or target
         symfiles.route_target(debugger, target)
         if registry.provider_wanted(target):
             registry.register(target, check_now=True)

@@ -12,8 +12,10 @@ copy (or, for FILE without debug information, FILE with its symbol file)
 is put where ``target create FILE`` finds it (``seed``), which LLDB then
 runs as always: a live program runs from FILE, a core names its own
 process. This is what the plugin does by itself before ``target create``
-from LLDB 19 and for ``lldb FILE`` on every LLDB: ``sframe create`` is for
-a ``target create`` typed after the import on 14 and 16.
+(``overrides``; on 14 and 16 through the C++ method) and for ``lldb FILE``
+on every LLDB, and for a core loaded before the import (``remake_core``):
+``sframe create`` is for where none of these could run (a live target
+created before the import, or no override found).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import lldb
 
 from sframe_core.base.errors import SFrameError
 
-__all__ = ["create_target"]
+__all__ = ["create_target", "remake_core"]
 
 
 def _quote(text: str) -> str:
@@ -53,3 +55,49 @@ def create_target(debugger: lldb.SBDebugger, path: str, core: str | None) -> str
     from .symfiles import route_target
     route_target(debugger, debugger.GetSelectedTarget())
     return (result.GetOutput() or "").rstrip()
+
+
+def remake_core(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> lldb.SBTarget | None:
+    """A core's target made before the plugin was imported, whose executable
+    LLDB needs the module copy for (before 22, with debug information:
+    ``symfiles.needs_copy``), made again from the copy; the new target
+    (which the routes then judge as any other), or None where nothing was
+    done.
+
+    A core's target holds nothing a session adds that a second load would
+    not give again (no breakpoint is hit, no memory written), so this is
+    what ``sframe create FILE --core CORE`` would give, without asking the
+    user to type it. Only where LLDB says which core it loaded
+    (``SBProcess.GetCoreFile``: not 14 nor 16). The new target is made from
+    the copy's own path rather than from FILE put in the module list
+    (``seed``): while the import runs, the command's context still holds
+    the old target's modules, and LLDB would give FILE's to the new one; a
+    core is not run, so only ``target list`` and ``image list`` show the
+    difference (the copy's name is FILE's). The old target is deleted once
+    the new one has loaded the core."""
+    from . import locate
+    from .symfiles import needs_copy
+    from .target import is_core
+    if not hasattr(lldb.SBProcess, "GetCoreFile") or not is_core(target):
+        return None
+    path = target.GetExecutable().fullpath
+    core = target.GetProcess().GetCoreFile().fullpath
+    if not path or not core or not os.path.isfile(path) or not os.path.isfile(core) \
+            or not needs_copy(path):
+        return None
+    handed = locate.handed(path, now=True)
+    if handed is None or not handed[1]:
+        return None
+    copy = handed[0]
+    made = debugger.CreateTarget(copy)
+    if not made.IsValid():
+        return None
+    if not made.LoadCore(core).IsValid():
+        debugger.DeleteTarget(made)
+        return None
+    locate.note_copy(copy, path, "made from it when the plugin loaded the core again")
+    selected = debugger.GetSelectedTarget() == target
+    debugger.DeleteTarget(target)
+    if selected:
+        debugger.SetSelectedTarget(made)
+    return made
