@@ -461,12 +461,19 @@ def test_gdb18_symbol_file_without_plugin(entry: Entry | None, tmp_path: Path) -
         # it is wrong in the same way with the twin's own CFI. Same frames as
         # gdb on the twin is what the symbol file can promise there.
         want = _gdb_once(str(gdb), arch, twin, tmp_path, disable)
-        n = next((i for i, f in enumerate(want.frames) if has_pac_bits(f.pc)), n - 1) + 1
+        # Each process signs with its own keys, and a signed address's PAC is
+        # now and then all zeros (1 in 128): up to the first frame either
+        # side shows signed, whose name gdb cannot find.
+        signed = [next((i for i, f in enumerate(side.frames) if has_pac_bits(f.pc)), n - 1)
+                  for side in (want, got)]
+        n = min(signed) + 1
         assert n >= 3, fmt("gdb on the twin", want)
-        # Each process signs with its own keys: compare the PCs without the PACs.
-        assert [(strip_pac(f.pc), f.name) for f in got.frames[:n]] == \
-            [(strip_pac(f.pc), f.name) for f in want.frames[:n]], (
+        # The PCs without the PACs; the names before that frame.
+        assert [strip_pac(f.pc) for f in got.frames[:n]] == \
+            [strip_pac(f.pc) for f in want.frames[:n]], (
                 f"{fmt('gdb 18, symbol file', got)}\n{fmt('gdb 18, twin', want)}")
+        assert [f.name for f in got.frames[:n - 1]] == [f.name for f in want.frames[:n - 1]], (
+            f"{fmt('gdb 18, symbol file', got)}\n{fmt('gdb 18, twin', want)}")
         return
     assert got.frames[:n] == want.frames[:n], (
         f"{fmt('gdb 18, symbol file, no plugin, no prologue analyser', got)}\n"
