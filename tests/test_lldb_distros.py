@@ -548,8 +548,9 @@ def _plt(binary: Path, name: str) -> tuple[int, int]:
 # first entry (the CFA 8 further: ld's 16-byte amd64 stub), and at that
 # first entry's push and jump (reached by this call or an earlier one's).
 # Frame 1 is the stub's caller.
-PLT_ASKED = ["bt", "frame select 1", "frame select 2", "register read rbx rbp r12 r13",
-             "frame variable", "frame select 0", "image show-unwind -a $pc"]
+PLT_ASKED = ["bt", "frame select 1", "register read rbx r12 r13", "frame select 2",
+             "register read rbx rbp r12 r13", "frame variable", "frame select 0",
+             "image show-unwind -a $pc"]
 
 
 def _plt_cell(version: str, root: Path, program: str, module: str, stub: str,
