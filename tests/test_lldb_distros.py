@@ -615,3 +615,45 @@ def test_stripped_library_plt_stub(version: str, stripped_library: Path) -> None
     as the demo's, and the callers' registers (main's ``argc``) the twin's."""
     _plt_cell(version, stripped_library, "lib/uselib", "lib/libsf.so", "lib_stop", "lib_a",
               driver=True)
+
+
+@pytest.fixture(scope="module")
+def ibt_demo(demo: Path) -> Path:
+    """examples/demo.c stripped as ``demost``, linked with ``-z ibtplt`` (the
+    stubs in ``.plt.sec``, where ld 2.40's PC-mask FDE runs past the
+    section's end over ``.text``'s first functions), in ibt/twin, ibt/noeh."""
+    root = demo / "ibt"
+    for side in ("twin", "noeh"):
+        out = root / side
+        out.mkdir(parents=True)
+        subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-Wa,--gsframe", "-g0",
+                        "-fcf-protection", "-Wl,-z,ibtplt", "-s", str(ROOT / "examples" / "demo.c"),
+                        "-o", str(out / "demost")], check=True)
+        if side == "noeh":
+            subprocess.run(["objcopy", "--remove-section=.eh_frame",
+                            "--remove-section=.eh_frame_hdr", str(out / "demost")], check=True)
+    return root
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS)
+def test_stripped_ibt_plt_stub(version: str, ibt_demo: Path) -> None:
+    """Stopped in ``memcpy``'s stub in ``.plt.sec``: the twin's names (the
+    section's unnamed symbol, as on the twin), all 8 frames, the caller's
+    registers (the symbol file's PC-mask FDE ends where .text's first
+    function starts: given both, LLDB unwound that function with the stubs'
+    rules and lost every frame above it)."""
+    out = subprocess.run(["objdump", "-d", "-j", ".plt.sec", str(ibt_demo / "twin" / "demost")],
+                         capture_output=True, text=True, check=True).stdout
+    found = re.search(r"^([0-9a-f]+) <memcpy@plt>:", out, re.M)
+    assert found is not None, out
+    asked = ["bt", "frame select 1", "register read rbx r12 r13", *ASKED[1:]]
+
+    def commands(side: str) -> list[str]:
+        return [f"target create {ibt_demo / side / 'demost'}",
+                f"breakpoint set -a {int(found.group(1), 16):#x} -s demost", "process launch",
+                *asked]
+    want = run_lldb(version, commands("twin"), plugin=False)
+    got = run_lldb(version, commands("noeh"))
+    assert "Traceback" not in got, got
+    assert len(parse_bt(command_output(want, "bt"))) == 8, want
+    _same(want, got, asked)
