@@ -9,4 +9,4 @@ __version__ = "0.1.0"
 # cached symbol files and kept analysis results of older generators are
 # then not reused. What each version changed: docs/dwarf.md, "Generator
 # versions".
-GENERATOR = 15
+GENERATOR = 16

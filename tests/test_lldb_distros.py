@@ -554,3 +554,131 @@ def test_target_create_without_the_override(version: str, demo: Path) -> None:
         in status, got
     assert "'sframe create " in status and "'sframe bt' has the SFrame frames" in status, got
     assert len(parse_bt(command_output(got, "sframe bt"))) == 8, got
+
+
+
+def _plt(binary: Path, name: str) -> tuple[int, int]:
+    """The file addresses of ``binary``'s ``.plt`` (its first entry) and of
+    the stub of ``name`` there (``name@plt``)."""
+    out = subprocess.run(["objdump", "-d", "-j", ".plt", str(binary)], capture_output=True,
+                         text=True, check=True).stdout
+    first = re.search(r"^([0-9a-f]+) <", out, re.M)
+    stub = re.search(rf"^([0-9a-f]+) <{re.escape(name)}@plt>:", out, re.M)
+    assert first is not None and stub is not None, out
+    return int(first.group(1), 16), int(stub.group(1), 16)
+
+
+# Stopped in a PLT stub with lazy binding (the first call): at the stub's
+# jump through the GOT, its push (where that jump lands), its jump to the
+# first entry (the CFA 8 further: ld's 16-byte amd64 stub), and at that
+# first entry's push and jump (reached by this call or an earlier one's).
+# Frame 1 is the stub's caller.
+PLT_ASKED = ["bt", "frame select 1", "register read rbx r12 r13", "frame select 2",
+             "register read rbx rbp r12 r13", "frame variable", "frame select 0",
+             "image show-unwind -a $pc"]
+
+
+def _plt_cell(version: str, root: Path, program: str, module: str, stub: str,
+              loaded_at: str | None = None, driver: bool = False) -> None:
+    """``program`` under ``root``'s twin/ and noeh/ (``target create`` typed
+    after the import, or with ``driver`` LLDB's own ``lldb FILE``), stopped
+    in ``module``'s PLT (the stub of ``stub``, then the first entry): the
+    twin's names, frames, registers and variables at every stop, and LLDB
+    unwinds the stub's frame with the SFrame rows.
+    ``loaded_at``: a function the program reaches once the module is loaded
+    (before 21 LLDB resolves no address breakpoint in a module loaded later)."""
+    first, at = _plt(root / "twin" / module, stub)
+    stops = [at, at + 6, at + 11, first, first + 6]
+    name = module.rsplit("/", 1)[-1]
+
+    def commands(side: str) -> list[str]:
+        out = [] if driver else [f"target create {root / side / program}"]
+        if loaded_at is not None:
+            out += [f"breakpoint set --one-shot true -n {loaded_at}", "process launch"]
+        out += [f"breakpoint set -a {address:#x} -s {name}" for address in stops]
+        out += ["process launch" if loaded_at is None else "process continue", *PLT_ASKED]
+        for _ in stops[1:]:
+            out += ["process continue", *PLT_ASKED]
+        return out
+    def path(side: str) -> str | None:
+        return str(root / side / program) if driver else None
+    want = run_lldb(version, commands("twin"), plugin=False, program=path("twin"))
+    got = run_lldb(version, [*commands("noeh"), "sframe status"], program=path("noeh"))
+    assert "Traceback" not in got, got
+    for stop in range(len(stops)):  # in the order the program meets them
+        twin = parse_bt(command_output(want, "bt", stop))
+        address = next((a for a in stops if a & 0xfff == twin[0].pc & 0xfff), None)
+        assert twin[0].module == name and address is not None, want
+        assert (twin[0].name == stub) == (address >= at), want
+        assert [f.pc for f in parse_bt(command_output(got, "bt", stop))] == [f.pc for f in twin]
+        for command in PLT_ASKED[:-1]:
+            assert _normal(command_output(want, command, stop)) == \
+                _normal(command_output(got, command, stop)), (
+                f"stop {stop} ({address:#x}): '{command}' differs from the twin's:\n-- twin:\n"
+                f"{command_output(want, command, stop)}\n-- .noeh with the plugin:\n"
+                f"{command_output(got, command, stop)}")
+        plans = command_output(got, "image show-unwind -a $pc", stop)
+        assert "debug_frame UnwindPlan" in plans, plans
+    assert f"{name}: LLDB's own unwinder, .debug_frame from SFrame" in _status(got), got
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS)
+def test_stripped_plt_stub(version: str, demo: Path) -> None:
+    """The stripped demo stopped in ``memcpy``'s PLT stub (parse_record's
+    call) and in the PLT's first entry: LLDB names the stub as on the twin
+    (its trampoline symbol ``memcpy``: no symbol of ours over a stub), the
+    first entry with its unnamed symbol, and unwinds both from the SFrame
+    rows (the twin's frames, registers, variables)."""
+    _plt_cell(version, demo, "demost", "demost", "memcpy")
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS)
+def test_stripped_library_plt_stub(version: str, stripped_library: Path) -> None:
+    """The stripped library stopped in its own PLT (lib_b's call of
+    ``lib_stop``, which goes through it), the program started as ``lldb
+    FILE`` (the library given its file as it loads: ``test_stripped_library``):
+    as the demo's, and the callers' registers (main's ``argc``) the twin's."""
+    _plt_cell(version, stripped_library, "lib/uselib", "lib/libsf.so", "lib_stop", "lib_a",
+              driver=True)
+
+
+@pytest.fixture(scope="module")
+def ibt_demo(demo: Path) -> Path:
+    """examples/demo.c stripped as ``demost``, linked with ``-z ibtplt`` (the
+    stubs in ``.plt.sec``, where ld 2.40's PC-mask FDE runs past the
+    section's end over ``.text``'s first functions), in ibt/twin, ibt/noeh."""
+    root = demo / "ibt"
+    for side in ("twin", "noeh"):
+        out = root / side
+        out.mkdir(parents=True)
+        subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-Wa,--gsframe", "-g0",
+                        "-fcf-protection", "-Wl,-z,ibtplt", "-s", str(ROOT / "examples" / "demo.c"),
+                        "-o", str(out / "demost")], check=True)
+        if side == "noeh":
+            subprocess.run(["objcopy", "--remove-section=.eh_frame",
+                            "--remove-section=.eh_frame_hdr", str(out / "demost")], check=True)
+    return root
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS)
+def test_stripped_ibt_plt_stub(version: str, ibt_demo: Path) -> None:
+    """Stopped in ``memcpy``'s stub in ``.plt.sec``: the twin's names (the
+    section's unnamed symbol, as on the twin), all 8 frames, the caller's
+    registers (the symbol file's PC-mask FDE ends where .text's first
+    function starts: given both, LLDB unwound that function with the stubs'
+    rules and lost every frame above it)."""
+    out = subprocess.run(["objdump", "-d", "-j", ".plt.sec", str(ibt_demo / "twin" / "demost")],
+                         capture_output=True, text=True, check=True).stdout
+    found = re.search(r"^([0-9a-f]+) <memcpy@plt>:", out, re.M)
+    assert found is not None, out
+    asked = ["bt", "frame select 1", "register read rbx r12 r13", *ASKED[1:]]
+
+    def commands(side: str) -> list[str]:
+        return [f"target create {ibt_demo / side / 'demost'}",
+                f"breakpoint set -a {int(found.group(1), 16):#x} -s demost", "process launch",
+                *asked]
+    want = run_lldb(version, commands("twin"), plugin=False)
+    got = run_lldb(version, commands("noeh"))
+    assert "Traceback" not in got, got
+    assert len(parse_bt(command_output(want, "bt"))) == 8, want
+    _same(want, got, asked)

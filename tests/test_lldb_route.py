@@ -475,12 +475,15 @@ def test_stripped_without_build_id(version: str, tmp_path: Path) -> None:
 
 def test_stripped_symbol_file_has_function_symbols(tmp_path: Path) -> None:
     """Without a symbol table LLDB refuses a symbol file and cannot unwind
-    frame 0: one function symbol per FDE (sframe_core/symfiles/elfsyms.py)."""
+    frame 0: one function symbol per FDE (sframe_core/symfiles/elfsyms.py),
+    but in the PLT sections, whose stubs LLDB names itself: there one
+    symbol at each section's start, of no size, where the twin's
+    ``.eh_frame`` has its FDEs."""
     from elftools.dwarf.callframe import FDE
     from elftools.elf.elffile import ELFFile
 
     from sframe_core.symfiles import symfile
-    from sframe_core.symfiles.elfsyms import SYMBOL_PREFIX
+    from sframe_core.symfiles.elfsyms import PLT_SECTIONS, SYMBOL_PREFIX
     module = _need(V3 / "realign.noeh.stripped")
     out = tmp_path / "out.debug"
     symfile.write_symbol_file(str(module), str(out))
@@ -490,9 +493,20 @@ def test_stripped_symbol_file_has_function_symbols(tmp_path: Path) -> None:
         symtab = elf.get_section_by_name(".symtab")
         symbols = {(s["st_value"], s["st_size"]) for s in symtab.iter_symbols()
                    if s.name.startswith(SYMBOL_PREFIX) and s["st_info"]["type"] == "STT_FUNC"}
+        plts = [(sec["sh_addr"], sec["sh_size"]) for sec in elf.iter_sections()
+                if sec.name in PLT_SECTIONS]
+    with open(_need(V3 / "realign"), "rb") as stream:
+        twin = {e.header["initial_location"] for e in ELFFile(stream).get_dwarf_info()
+                .EH_CFI_entries() if isinstance(e, FDE)}
     ranges = {(h["initial_location"], h["address_range"]) for h in fdes}
-    text = {(start, size) for start, size in ranges if start >= 0x1040}  # .plt FDEs too
-    assert text <= symbols <= ranges
+
+    def in_plt(start: int) -> bool:
+        return any(addr <= start < addr + size for addr, size in plts)
+    assert {addr for addr, _ in plts} == {start for start in twin if in_plt(start)} != set()
+    assert {(start, size) for start, size in symbols if in_plt(start)} == {
+        (addr, 0) for addr, _ in plts}
+    assert {(start, size) for start, size in ranges if not in_plt(start)} == {
+        (start, size) for start, size in symbols if not in_plt(start)}
     assert (symbol_address(_need(V3 / "realign"), "realign_fn"),
             next(size for start, size in ranges
                  if start == symbol_address(V3 / "realign", "realign_fn"))) in symbols

@@ -78,7 +78,9 @@ class SectionAnalysis:
                 code = read(fde.start, fde.size)
             except OSError:
                 code = None
-        if code is None or len(code) != fde.size or fde.is_pcmask:
+        if plt_entry(section, fde) and fde.start not in self.entries:
+            result = _plt_rules(section, fde)
+        elif code is None or len(code) != fde.size or fde.is_pcmask:
             result = Analysis((), "no code for the function")
         else:
             cfas = section.fre_cfas(fde)  # the CFA rules the rows have
@@ -109,6 +111,39 @@ class SectionAnalysis:
     def forget(self) -> None:
         """Drop the kept results (a benchmark's or a test's fresh start)."""
         self._kept.clear()
+
+
+def plt_entry(section: SFrameSection, fde: FDE) -> bool:
+    """Whether ``fde`` covers linker-made PLT entries: a PC-mask FDE (SFrame
+    has them for PLT stubs alone, ld writes them so), or an FDE that ends
+    where one starts and is entered with something pushed (its first row is
+    no function entry): ld's first entry of the same PLT, amd64's PLT0,
+    which the stubs jump to. (Neither is analysed from code: the C declines
+    both, ``native_fdes``.)"""
+    if fde.is_pcmask:
+        return True
+    following = section.find_fde(fde.end)
+    if following is None or not following.is_pcmask or following.start != fde.end:
+        return False
+    from .records import entry_cfa
+
+    # The CFA rule at its start as the analysis reads it (``rules``'s
+    # ``cfa_at``: the last row starting there; none when the first starts later).
+    at_start = [cfa for start, cfa in section.fre_cfas(fde) if start <= fde.start]
+    return not at_start or at_start[-1] != entry_cfa(section.arch)
+
+
+def _plt_rules(section: SFrameSection, fde: FDE) -> Analysis:
+    """A PLT entry's rules: every callee-saved register is its caller's
+    (ld's stubs and first entry touch only scratch registers and the
+    stack: amd64's r11 at most, aarch64's x16 and x17, s390x's r0 and r1),
+    as the twin's ``.eh_frame`` says by naming none of them."""
+    from ..base.abi import CALLEE_SAVED
+    from ..base.rows import SAME
+    from .records import Analysis, Span
+
+    regs = tuple((reg, SAME) for reg in CALLEE_SAVED[section.arch.name.removesuffix("_be")])
+    return Analysis((Span(fde.start, fde.end, regs),), "a PLT entry", ())
 
 
 def analysis_of(section: SFrameSection) -> SectionAnalysis:

@@ -291,11 +291,26 @@ def functions(section: SFrameSection,
             if blocks > MAX_BLOCKS:
                 raise FormatError(f"FDE {fde.index}: PC-mask FDE with {blocks} repetition blocks "
                                   f"(more than {MAX_BLOCKS})", fde.offset)
+        # A PC-mask FDE ends where the next FDE starts: ld 2.40 (Debian 12) sizes
+        # .plt.sec's past the section's end, over the first functions of
+        # .text, and a consumer given both FDEs for those PCs (LLDB) took
+        # the stubs' rules there.
+        limit = _pcmask_end(section, fde) if fde.is_pcmask else fde.end
         for block in range(blocks):
-            rows = get_rows(fde, block)
+            rows = [row if row.end <= limit else row._replace(end=limit)
+                    for row in get_rows(fde, block) if row.start < limit]
             if rows:
                 yield Function(rows[0].start, rows[-1].end, rows, any(r.signal for r in rows),
                                pac and fde.pauth_key == 1)
+
+
+def _pcmask_end(section: SFrameSection, fde: FDE) -> int:
+    """Where the PC-mask FDE ``fde`` ends: its end, or the start of the FDE
+    after it (in the table's order) if that starts within it."""
+    if fde.index + 1 >= section.num_fdes:
+        return fde.end
+    following = section.get_fde(fde.index + 1).start
+    return following if fde.start < following < fde.end else fde.end
 
 
 def entry_function(start: int, end: int) -> Function:

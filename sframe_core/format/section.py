@@ -366,10 +366,9 @@ class SFrameSection:
 
     def wants_saved(self, fde: FDE) -> bool:
         """Whether the rows of ``fde`` carry saved-register rules: the section
-        has an analyser and code, its switch is on, and ``fde`` is no PC-mask
-        FDE (a PLT's stubs save nothing)."""
-        return self.analyser is not None and self.code is not None and not fde.is_pcmask \
-            and self.saves_registers
+        has an analyser and code, and its switch is on (a PC-mask FDE's, a
+        PLT's stubs, keep every callee-saved register: ``analysis.section``)."""
+        return self.analyser is not None and self.code is not None and self.saves_registers
 
     def _row(self, fde: FDE, fre: FRE, rules: FRERules, start: int, end: int,
              pc: int | None = None) -> Row:

@@ -9,7 +9,12 @@ LLDB itself makes such bounds from ``.eh_frame`` FDEs, never from
 ``STT_FUNC`` symbol per FDE of the generated ``.debug_frame``, named as LLDB
 names the ones it makes (``___lldb_unnamed_symbol_<hex address>``, shown as
 an unnamed function), with the FDE's address range (observed on LLDB 21.1.7,
-22.1.0 and 23.1.0).
+22.1.0 and 23.1.0). Not in the PLT sections (``PLT_SECTIONS``): LLDB names
+the stubs there itself (``ObjectFileELF::ParseTrampolineSymbols``: ``printf``
+for ``printf@plt``), and on the twin makes an unnamed symbol only at each
+section's start, where ld's ``.eh_frame`` has an FDE; a symbol of ours at a
+stub would hide its trampoline symbol. The stubs still unwind from their
+FDEs: LLDB finds a function's CFI by the trampoline symbol's bounds.
 
 LLDB 14 to 20 name the symbols they make by number instead
 (``___lldb_unnamed_symbol17``, ``Symbol::SynthesizeNameIfNeeded``: the
@@ -27,34 +32,41 @@ from collections.abc import Sequence
 from ..base.files import SectionHeader
 
 __all__ = ["function_symbols", "numbered_symbols", "crt1_stub", "defined_dynamic", "with_dynamic",
-           "executable_sections",
+           "executable_sections", "plt_sections",
            "SYMBOL_PREFIX", "STUB_WINDOW",
            "NUMBERED_PREFIX", "PLT_SECTIONS"]
 
 SYMBOL_PREFIX = "___lldb_unnamed_symbol_"
 NUMBERED_PREFIX = "___lldb_unnamed_symbol"  # and the symbol's id (LLDB 14-20)
 # The sections the linker's PLT stubs are in: ld gives each one FDE in
-# .eh_frame, from its start; SFrame has none for .plt.got and splits .plt.
-PLT_SECTIONS = (".plt", ".plt.got")
+# .eh_frame, from its start; SFrame has none for .plt.got and splits .plt
+# and .plt.sec (the stubs of -z ibtplt).
+PLT_SECTIONS = (".plt", ".plt.sec", ".plt.got")
 _SHF_EXECINSTR, _SHF_ALLOC = 0x4, 0x2
 _STT_FUNC, _STT_SECTION, _STB_LOCAL, _STB_GLOBAL = 2, 3, 0, 1
 _SHN_UNDEF, _SHN_LORESERVE = 0, 0xff00
 
 
 def function_symbols(ranges: Sequence[tuple[int, int]], sections: Sequence[tuple[int, int, int]],
-                     big_endian: bool) -> tuple[bytes, bytes, int] | None:
+                     big_endian: bool, plts: Sequence[tuple[int, int]] = ()
+                     ) -> tuple[bytes, bytes, int] | None:
     """``.symtab`` and ``.strtab`` bytes, and the symbol count, for ``ranges``.
 
     ``sections``: (index, address, size) of the module's executable sections;
-    a range outside all of them gets no symbol. None when no range has one.
+    a range outside all of them gets no symbol. ``plts``: (address, size) of
+    its PLT sections (``plt_sections``): a range in one gets no symbol, and
+    each gets one at its start, of no size, which LLDB makes up to the next
+    symbol (the first stub's), as on the twin. None when no range has one.
     """
     endian = ">" if big_endian else "<"
     symtab = bytearray(24)  # the null symbol
     strtab = bytearray(b"\0")
     count = 1
     seen: set[int] = set()
-    for start, size in sorted(ranges):
-        if start in seen or size <= 0:
+    wanted = [(start, size) for start, size in ranges
+              if size > 0 and not any(addr <= start < addr + span for addr, span in plts)]
+    for start, size in sorted([*wanted, *((addr, 0) for addr, _ in plts)]):
+        if start in seen:
             continue
         index = next((i for i, addr, span in sections if addr <= start < addr + span), None)
         if index is None:
@@ -121,7 +133,7 @@ def numbered_symbols(ranges: Sequence[tuple[int, int]], sections: Sequence[Secti
         first = plt.addr + plt.size - plt_relocations * size
         known.update(first + i * size for i in range(plt_relocations))
         last = len(entries) + plt_relocations - 1
-    plts = [(sec.addr, sec.size) for sec in sections if sec.name in PLT_SECTIONS and sec.size]
+    plts = plt_sections(sections)
     executable = executable_sections(sections)
     # start -> size: an FDE's own; 0 (LLDB sizes it up to the next symbol, as
     # on the twin) for a PLT section's, which holds the stubs' symbols too,
@@ -204,6 +216,11 @@ def crt1_stub(code: bytes, entry: int) -> int | None:
         return None
     padding = code[end + 1:at - entry]
     return at if set(padding) <= {0x0f, 0x1f, 0x2e, 0x40, 0x44, 0x66, 0x84, 0x90, 0x00} else None
+
+
+def plt_sections(sections: Sequence[SectionHeader]) -> list[tuple[int, int]]:
+    """(address, size) of the PLT sections (``PLT_SECTIONS``) among ``sections``."""
+    return [(sec.addr, sec.size) for sec in sections if sec.name in PLT_SECTIONS and sec.size]
 
 
 def executable_sections(sections: Sequence[SectionHeader]) -> list[tuple[int, int, int]]:

@@ -61,6 +61,7 @@ from .elfsyms import (
     executable_sections,
     function_symbols,
     numbered_symbols,
+    plt_sections,
     with_dynamic,
 )
 from .frames import Frames, Plan, fde_ranges, frames_for
@@ -249,7 +250,7 @@ def _provide_function_symbols(sections: list[_Section], frame: bytes, big_endian
     spans = fde_ranges(frame, big_endian) or []
     made = function_symbols([(start, end - start) for start, end in spans
                              if start != gap and start not in exported],
-                            executable_sections(sections), big_endian)
+                            executable_sections(sections), big_endian, plt_sections(sections))
     if made is None:
         return
     symtab, strtab, count = made
@@ -537,6 +538,10 @@ def _cache_name(plan: Plan) -> str:
         digest.update(b"LLDB 14-20's symbol table, its unnamed symbols numbered\0")
     elif _exports(plan):
         digest.update(b"the symbols .dynsym defines\0")
+    if _made_symbols(plan):
+        # None over a PLT stub (LLDB names them), one at each PLT section's
+        # start (.plt.sec one of them): a stripped module's file changed so.
+        digest.update(b"PLT stubs left to LLDB's trampoline symbols\0")
     if not saved_registers():
         # Turned off (a control run, or no capstone wanted): the rules differ.
         digest.update(b"no saved-register rules\0")
@@ -544,13 +549,18 @@ def _cache_name(plan: Plan) -> str:
     return f"{prefix}-{digest.hexdigest()[:20]}.debug"
 
 
+def _made_symbols(plan: Plan) -> bool:
+    """Does the file of ``plan`` carry a symbol table made here (``_layout``:
+    a stripped module's, for LLDB)?"""
+    return (plan.symbols and plan.base.section(".symtab") is None
+            and plan.base.section(".debug_info") is None)
+
+
 def _exports(plan: Plan) -> bool:
     """Does the file of ``plan`` carry ``.dynsym``'s defined symbols
     (``_provide_function_symbols``: a stripped module that exports some)?"""
-    return (plan.symbols and plan.base.section(".symtab") is None
-            and plan.base.section(".debug_info") is None
-            and bool(defined_dynamic(_module_bytes(plan.module, ".dynsym"),
-                                     plan.module.big_endian)))
+    return _made_symbols(plan) and bool(defined_dynamic(_module_bytes(plan.module, ".dynsym"),
+                                                        plan.module.big_endian))
 
 
 def _usable_dir(directory: str) -> str | None:
