@@ -26,7 +26,7 @@ import lldb
 
 from sframe_core.base.errors import SFrameError
 
-__all__ = ["create_target", "remake_core"]
+__all__ = ["create_target", "remake_core", "core_file"]
 
 
 def _quote(text: str) -> str:
@@ -67,8 +67,8 @@ def remake_core(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> lldb.SBTarg
     A core's target holds nothing a session adds that a second load would
     not give again (no breakpoint is hit, no memory written), so this is
     what ``sframe create FILE --core CORE`` would give, without asking the
-    user to type it. Only where LLDB says which core it loaded
-    (``SBProcess.GetCoreFile``: not 14 nor 16). The new target is made from
+    user to type it. Only where the plugin can tell which core LLDB loaded
+    (``core_file``). The new target is made from
     the copy's own path rather than from FILE put in the module list
     (``seed``): while the import runs, the command's context still holds
     the old target's modules, and LLDB would give FILE's to the new one; a
@@ -78,10 +78,10 @@ def remake_core(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> lldb.SBTarg
     from . import locate
     from .symfiles import needs_copy
     from .target import is_core
-    if not hasattr(lldb.SBProcess, "GetCoreFile") or not is_core(target):
+    if not is_core(target):
         return None
     path = target.GetExecutable().fullpath
-    core = target.GetProcess().GetCoreFile().fullpath
+    core = core_file(target.GetProcess())
     if not path or not core or not os.path.isfile(path) or not os.path.isfile(core) \
             or not needs_copy(path):
         return None
@@ -101,3 +101,48 @@ def remake_core(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> lldb.SBTarg
     if selected:
         debugger.SetSelectedTarget(made)
     return made
+
+
+def core_file(process: lldb.SBProcess) -> str | None:
+    """The core file LLDB loaded ``process`` from.
+
+    ``SBProcess.GetCoreFile`` from 17 (19 here); before, LLDB's own mapping
+    of it: LLDB keeps a core file mapped while its process lives, so among
+    the files this process maps, the one core (``ET_CORE``) whose
+    ``NT_PRPSINFO`` names the process's pid. None when there is not exactly
+    one."""
+    if hasattr(process, "GetCoreFile"):
+        return process.GetCoreFile().fullpath or None
+    pid = process.GetProcessID()
+    try:
+        with open("/proc/self/maps") as stream:
+            mapped = {fields[5] for fields in (line.split(None, 5) for line in stream)
+                      if len(fields) == 6 and fields[5].startswith("/")}
+    except OSError:
+        return None
+    found = [path.rstrip("\n") for path in sorted(mapped) if _core_of(path.rstrip("\n")) == pid]
+    return found[0] if len(found) == 1 else None
+
+
+def _core_of(path: str) -> int | None:
+    """The pid an ELF core file at ``path`` was dumped from, or None (no such core)."""
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.segments import NoteSegment
+
+    try:
+        with open(path, "rb") as stream:
+            if stream.read(4) != b"\x7fELF":
+                return None
+            stream.seek(0)
+            elf = ELFFile(stream)
+            if elf["e_type"] != "ET_CORE":
+                return None
+            for segment in elf.iter_segments():
+                if not isinstance(segment, NoteSegment):
+                    continue
+                for note in segment.iter_notes():
+                    if note["n_type"] == "NT_PRPSINFO":
+                        return int(note["n_desc"]["pr_pid"])
+    except Exception:  # noqa: BLE001 - any file the debugger maps: not a core we can read
+        return None
+    return None
