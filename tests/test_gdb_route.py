@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import need
+from helpers import need, without_eh_frame
 from helpers.gdbtools import PLUGIN, Gdb, clean_env, parse_bt
 from helpers.host_programs import FLAGS, SRC
 
@@ -44,9 +44,7 @@ def _pair(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     flags = [f for f in FLAGS if f != "-g0"] + ["-g"]
     subprocess.run(["gcc", *flags, "-I", str(SRC), "-o", str(root / "twin" / name),
                     str(SRC / f"{name}.c")], check=True)
-    subprocess.run(["objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr",
-                    "--remove-section=.debug_frame", str(root / "twin" / name),
-                    str(root / "noeh" / name)], check=True)
+    without_eh_frame(root / "twin" / name, root / "noeh" / name, debug_frame=True)
     return root
 
 
@@ -450,8 +448,7 @@ def cold(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run(["gcc", "-O2", "-g", "-fomit-frame-pointer", "-Wa,--gsframe",
                     "-fno-use-linker-plugin", "-o", str(root / "twin" / "cold"),
                     str(root / "cold.c")], check=True)
-    subprocess.run(["objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr",
-                    str(root / "twin" / "cold"), str(root / "noeh" / "cold")], check=True)
+    without_eh_frame(root / "twin" / "cold", root / "noeh" / "cold")
     symbols = subprocess.run(["nm", str(root / "twin" / "cold")], capture_output=True,
                              text=True, check=True).stdout
     assert re.search(r" t parse_record\.cold$", symbols, re.M), symbols

@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, missing
+from helpers import ROOT, missing, without_eh_frame
 from helpers.lldbtools import PLUGIN, command_output, major, parse_bt, run_lldb
 
 pytestmark = pytest.mark.lldb
@@ -60,8 +60,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
                        check=True)
         if side == "noeh":
             for name in ("demo", "demog0", "demost"):
-                subprocess.run(["objcopy", "--remove-section=.eh_frame",
-                                "--remove-section=.eh_frame_hdr", str(out / name)], check=True)
+                without_eh_frame(out / name)
     return root
 
 
@@ -335,8 +334,7 @@ def threads(demo: Path) -> Path:
                         str(source), str(source / "threads.c"), "-pthread", "-o", str(out)],
                        check=True)
         if side == "noeh":
-            subprocess.run(["objcopy", "--remove-section=.eh_frame",
-                            "--remove-section=.eh_frame_hdr", str(out)], check=True)
+            without_eh_frame(out)
     return demo
 
 
@@ -402,8 +400,7 @@ def library(demo: Path) -> Path:
         subprocess.run([*flags, "-o", str(out / "uselib"), str(source / "uselib.c"), "-L",
                         str(out), "-lsf", "-Wl,-rpath,$ORIGIN"], check=True)
         if side == "noeh":
-            subprocess.run(["objcopy", "--remove-section=.eh_frame",
-                            "--remove-section=.eh_frame_hdr", str(out / "libsf.so")], check=True)
+            without_eh_frame(out / "libsf.so")
     return demo
 
 
@@ -443,8 +440,7 @@ def stripped_library(demo: Path) -> Path:
         subprocess.run([*flags, "-g", "-o", str(out / "uselib"), str(source / "uselib.c"), "-L",
                         str(out), "-lsf", "-Wl,-rpath,$ORIGIN"], check=True)
         if side == "noeh":
-            subprocess.run(["objcopy", "--remove-section=.eh_frame",
-                            "--remove-section=.eh_frame_hdr", str(out / "libsf.so")], check=True)
+            without_eh_frame(out / "libsf.so")
     return demo
 
 
@@ -651,8 +647,7 @@ def ibt_demo(demo: Path) -> Path:
                         "-fcf-protection", "-Wl,-z,ibtplt", "-s", str(ROOT / "examples" / "demo.c"),
                         "-o", str(out / "demost")], check=True)
         if side == "noeh":
-            subprocess.run(["objcopy", "--remove-section=.eh_frame",
-                            "--remove-section=.eh_frame_hdr", str(out / "demost")], check=True)
+            without_eh_frame(out / "demost")
     return root
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
+from helpers import without_eh_frame
 
 from sframe_core.base.errors import SFrameError
 from sframe_core.symfiles.module_copy import module_with_debug_frame
@@ -22,9 +23,7 @@ from sframe_core.symfiles.module_copy import module_with_debug_frame
 def noeh(host_sframe_binary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     out = tmp_path / "prog"
-    subprocess.run(["objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr",
-                    str(host_sframe_binary), str(out)], check=True)
-    return out
+    return without_eh_frame(host_sframe_binary, out)
 
 
 def _sections(path: Path) -> dict[str, tuple[int, int, int, bytes]]:

@@ -64,6 +64,18 @@ class Frame:
         return f"{self.pc:#x} {self.name}" if self.pc is not None else f"?? {self.name}"
 
 
+def without_eh_frame(source: Path, dest: Path | None = None, *,
+                     debug_frame: bool = False) -> Path:
+    """The .noeh side of a twin: ``source`` (or its copy ``dest``) with
+    ``.eh_frame`` and ``.eh_frame_hdr`` removed (and ``.debug_frame``), so
+    that SFrame is its only unwind information."""
+    import subprocess
+    sections = [".eh_frame", ".eh_frame_hdr", *([".debug_frame"] if debug_frame else [])]
+    subprocess.run(["objcopy", *(f"--remove-section={name}" for name in sections), str(source),
+                    *([str(dest)] if dest is not None else [])], check=True)
+    return dest if dest is not None else source
+
+
 def no_section_headers(source: Path, dest: Path) -> Path:
     """A copy of ``source`` with its section headers gone (e_shoff, e_shnum and
     e_shstrndx zeroed, as `objcopy --strip-section-headers` leaves a file):

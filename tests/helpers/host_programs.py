@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import NamedTuple
 
+from . import without_eh_frame
+
 SRC = Path(__file__).resolve().parent.parent / "fixtures" / "src"
 FLAGS = ["-O2", "-fomit-frame-pointer", "-fno-reorder-blocks-and-partition", "-g0",
          "-Wa,--gsframe", "-fno-use-linker-plugin"]
@@ -34,6 +36,5 @@ def build(name: str, out: Path) -> HostProgram:
         out.mkdir(parents=True, exist_ok=True)
         subprocess.run(["gcc", *FLAGS, "-I", str(SRC), "-o", str(twin), str(SRC / f"{name}.c")],
                        check=True)
-        subprocess.run(["objcopy", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr",
-                        "--remove-section=.debug_frame", str(twin), str(noeh)], check=True)
+        without_eh_frame(twin, noeh, debug_frame=True)
     return HostProgram(twin, noeh)
