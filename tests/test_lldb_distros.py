@@ -82,11 +82,14 @@ def _stop_here(demo: Path, name: str) -> str:
 
 def _normal(text: str) -> str:
     """A command's output without what differs by design: the directory,
-    process ids, source listings."""
+    process ids, source listings, and LLDB's asynchronous breakpoint news
+    ("1 location added to breakpoint 1", printed as a library loads,
+    wherever the output then is)."""
     text = text.replace("/twin/", "/X/").replace("/noeh/", "/X/")
     lines = []
     for line in text.splitlines():
         if (line.startswith(("Process ", "->", "sframe:")) or re.match(r"^\s+\d+\s", line)
+                or re.match(r"^\d+ locations? added to breakpoint \d+$", line)
                 or re.match(r"^\s+\^\s*$", line) or not line.strip()):
             continue
         lines.append(line.rstrip())
