@@ -18,6 +18,7 @@ import os
 import struct
 from collections.abc import Mapping
 from functools import lru_cache
+from typing import NamedTuple
 
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
@@ -39,14 +40,53 @@ _MULTIARCH = {"EM_X86_64": "x86_64-linux-gnu", "EM_AARCH64": "aarch64-linux-gnu"
               "EM_S390": "s390x-linux-gnu", "EM_386": "i386-linux-gnu"}
 
 
-def _machine(path: str) -> tuple[str, int] | None:
-    """(e_machine, ELF class) of ``path``, or None when it is no readable ELF file."""
+class _Object(NamedTuple):
+    """What the search reads of one ELF file, once."""
+
+    machine: tuple[str, int]  # e_machine, ELF class
+    interpreter: str | None  # PT_INTERP
+    needed: tuple[str, ...]  # DT_NEEDED
+    rpath: tuple[str, ...]
+    runpath: tuple[str, ...]
+
+
+def _read(path: str) -> _Object | None:
+    """``path``'s ``_Object``, or None when it is no readable ELF file."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return _read_at(path, (found.st_mtime_ns, found.st_size, found.st_ino))
+
+
+@lru_cache(maxsize=256)
+def _read_at(path: str, stamp: tuple[int, int, int]) -> _Object | None:
+    """``_read`` for the file as ``stamp`` saw it: a program and its
+    libraries are looked at again at each ``target create``."""
+    del stamp
     try:
         with open_elf(path) as stream:
             elf = ELFFile(stream)
-            return elf["e_machine"], elf.elfclass
+            machine = (elf["e_machine"], elf.elfclass)
+            try:
+                interpreter = next((str(segment.get_interp_name())
+                                    for segment in elf.iter_segments()
+                                    if isinstance(segment, InterpSegment)), None)
+            except (ValueError, LookupError):
+                interpreter = None
+            try:
+                needed, rpath, runpath = _dynamic(elf)
+            except (ValueError, LookupError):
+                needed, rpath, runpath = [], [], []  # listed, its own needs unknown
     except (SFrameError, OSError, ValueError, LookupError):
         return None
+    return _Object(machine, interpreter, tuple(needed), tuple(rpath), tuple(runpath))
+
+
+def _machine(path: str) -> tuple[str, int] | None:
+    """(e_machine, ELF class) of ``path``, or None when it is no readable ELF file."""
+    found = _read(path)
+    return found.machine if found is not None else None
 
 
 def system_dirs(machine: str) -> list[str]:
@@ -104,35 +144,24 @@ def cache_lookup(name: str, machine: tuple[str, int], cache: str = LD_SO_CACHE) 
     return None
 
 
-def _interpreter(path: str) -> str | None:
-    """``path``'s ``PT_INTERP``: the dynamic loader, loaded (and named) before any library."""
-    with open_elf(path) as stream:
-        for segment in ELFFile(stream).iter_segments():
-            if isinstance(segment, InterpSegment):
-                name: str = segment.get_interp_name()
-                return name
-    return None
-
-
-def _dynamic(path: str) -> tuple[list[str], list[str], list[str]]:
-    """(DT_NEEDED names, DT_RPATH entries, DT_RUNPATH entries) of ``path``."""
+def _dynamic(elf: ELFFile) -> tuple[list[str], list[str], list[str]]:
+    """(DT_NEEDED names, DT_RPATH entries, DT_RUNPATH entries) of ``elf``."""
     needed: list[str] = []
     rpath: list[str] = []
     runpath: list[str] = []
-    with open_elf(path) as stream:
-        for section in ELFFile(stream).iter_sections():
-            if not isinstance(section, DynamicSection):
-                continue
-            for tag in section.iter_tags():
-                # pyelftools sets a string tag's value as an attribute named after it.
-                values = vars(tag)
-                kind = tag.entry.d_tag
-                if kind == "DT_NEEDED":
-                    needed.append(values["needed"])
-                elif kind == "DT_RPATH":
-                    rpath += values["rpath"].split(":")
-                elif kind == "DT_RUNPATH":
-                    runpath += values["runpath"].split(":")
+    for section in elf.iter_sections():
+        if not isinstance(section, DynamicSection):
+            continue
+        for tag in section.iter_tags():
+            # pyelftools sets a string tag's value as an attribute named after it.
+            values = vars(tag)
+            kind = tag.entry.d_tag
+            if kind == "DT_NEEDED":
+                needed.append(values["needed"])
+            elif kind == "DT_RPATH":
+                rpath += values["rpath"].split(":")
+            elif kind == "DT_RUNPATH":
+                runpath += values["runpath"].split(":")
     return needed, rpath, runpath
 
 
@@ -156,17 +185,15 @@ def needed_libraries(path: str, env: Mapping[str, str] | None = None, depth: int
     Unreadable files are skipped: this only says where to look ahead.
     """
     env = os.environ if env is None else env
-    machine = _machine(path)
-    if machine is None:
+    program = _read(path)
+    if program is None:
         return []
+    machine = program.machine
     last = system_dirs(machine[0]) if system else []
     library_path = [e for e in env.get("LD_LIBRARY_PATH", "").split(":") if e]
     found: list[str] = []
     seen: set[str] = set()
-    try:
-        interpreter = _interpreter(path)
-    except (SFrameError, OSError, ValueError, LookupError):
-        interpreter = None
+    interpreter = program.interpreter
     if interpreter:
         # A DT_NEEDED of the loader's own name (libc's) is the loader itself,
         # already loaded under its PT_INTERP name: not searched for.
@@ -176,15 +203,14 @@ def needed_libraries(path: str, env: Mapping[str, str] | None = None, depth: int
     todo: list[tuple[str, list[str], int]] = [(path, [], 0)]
     while todo:
         current, inherited, level = todo.pop(0)
-        try:
-            needed, rpath, runpath = _dynamic(current)
-        except (SFrameError, OSError, ValueError, LookupError):
+        read = _read(current)
+        if read is None:
             continue
         origin = os.path.dirname(os.path.realpath(current))
-        rpath, runpath = _expand(rpath, origin), _expand(runpath, origin)
+        rpath, runpath = _expand(list(read.rpath), origin), _expand(list(read.runpath), origin)
         # DT_RPATH (the object's, then its loaders') only where there is no DT_RUNPATH.
         first = [] if runpath else rpath + inherited
-        for name in needed:
+        for name in read.needed:
             if name in seen:
                 continue
             seen.add(name)
