@@ -113,14 +113,13 @@ def core_file(process: lldb.SBProcess) -> str | None:
     one."""
     if hasattr(process, "GetCoreFile"):
         return process.GetCoreFile().fullpath or None
+    from sframe_core.targets.ptrace import read_maps
     pid = process.GetProcessID()
     try:
-        with open("/proc/self/maps") as stream:
-            mapped = {fields[5] for fields in (line.split(None, 5) for line in stream)
-                      if len(fields) == 6 and fields[5].startswith("/")}
+        mapped = sorted({mapping.path for mapping in read_maps(os.getpid())})
     except OSError:
         return None
-    found = [path.rstrip("\n") for path in sorted(mapped) if _core_of(path.rstrip("\n")) == pid]
+    found = [path for path in mapped if _core_of(path) == pid]
     return found[0] if len(found) == 1 else None
 
 

@@ -104,12 +104,12 @@ def _liblldb() -> Iterator[ctypes.CDLL]:
     symbols (the ``lldb`` driver links liblldb, whose ``_lldb`` module is
     built in), then the ``_lldb`` extension's own file, then each liblldb
     mapped in this process. Nothing is loaded that was not already."""
+    from sframe_core.targets.ptrace import read_maps
     yield ctypes.CDLL(None)
     paths = [getattr(lldb._lldb, "__file__", None)]
     try:
-        with open("/proc/self/maps") as stream:
-            paths += sorted({line.split(None, 5)[5].strip() for line in stream
-                             if "liblldb" in line and len(line.split(None, 5)) == 6})
+        paths += sorted({mapping.path for mapping in read_maps(os.getpid())
+                         if "liblldb" in mapping.path})
     except OSError:
         pass
     for path in paths:
