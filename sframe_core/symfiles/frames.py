@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..base.abi import AMD64
 from ..base.errors import FileError, FormatError
-from ..base.files import read_within
 from ..format.elf import ElfSFrame, read_elf
 from ..targets.symbols import SymbolTable
 from .elfsyms import executable_sections
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Plan", "Frames", "frames_for", "fde_ranges"]
 
-_SHT_NOBITS = 8
 _SHF_COMPRESSED = 0x800
 _ELFCOMPRESS_ZLIB, _CHDR_SIZE = 1, 24
 
@@ -222,14 +220,10 @@ def _before_entry(plan: Plan, info: ElfSFrame, section: SFrameSection,
 def _existing_frame(base: ModuleInfo) -> bytes:
     """The compiler's own ``.debug_frame`` in the copied sections, if any
     (uncompressed: a separate debug file's sections usually are compressed)."""
+    data = base.section_bytes(".debug_frame")
     sec = base.section(".debug_frame")
-    if sec is None or sec.type == _SHT_NOBITS or not sec.size:
+    if not data or sec is None:
         return b""
-    try:
-        with open(base.path, "rb") as stream:
-            data = read_within(stream, sec.offset, sec.size, base.size, ".debug_frame", base.path)
-    except OSError as exc:
-        raise FileError(f"{base.path}: {exc.strerror or exc}") from None
     return _uncompressed(data, base.big_endian) if sec.flags & _SHF_COMPRESSED else data
 
 

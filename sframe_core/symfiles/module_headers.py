@@ -74,6 +74,23 @@ class ModuleInfo(NamedTuple):
                 return sec
         return None
 
+    def read(self, offset: int, size: int, what: str) -> bytes:
+        """``size`` bytes of the file at ``offset`` (``what`` names them in
+        the error a range outside the file gives)."""
+        try:
+            with open(self.path, "rb") as stream:
+                return read_within(stream, offset, size, self.size, what, self.path)
+        except OSError as exc:
+            raise FileError(f"{self.path}: {exc.strerror or exc}") from None
+
+    def section_bytes(self, name: str) -> bytes:
+        """Section ``name``'s bytes as the file holds them (b"" when it has no
+        such section, or one without contents)."""
+        sec = self.section(name)
+        if sec is None or sec.type == _SHT_NOBITS or not sec.size:
+            return b""
+        return self.read(sec.offset, sec.size, name)
+
     @property
     def arch(self) -> Arch | None:
         """The module's ABI, where SFrame defines one for its machine."""

@@ -245,7 +245,7 @@ def _provide_function_symbols(sections: list[_Section], frame: bytes, big_endian
     ``elfsyms``); the FDE at ``gap`` gets the unnamed one (``frames._before_entry``).
     A module that exports symbols (``module``'s ``.dynsym``: a library) has
     them in the table too, and no FDE symbol where one starts (``elfsyms.with_dynamic``)."""
-    dynsym = _module_bytes(module, ".dynsym") if module is not None else b""
+    dynsym = module.section_bytes(".dynsym") if module is not None else b""
     exported = defined_dynamic(dynsym, big_endian)
     spans = fde_ranges(frame, big_endian) or []
     made = function_symbols([(start, end - start) for start, end in spans
@@ -258,7 +258,7 @@ def _provide_function_symbols(sections: list[_Section], frame: bytes, big_endian
         symtab, strtab, count = _with_gap_symbol(symtab, strtab, count, sections, big_endian, gap)
     if exported and module is not None:
         symtab, strtab, count = with_dynamic(symtab, strtab, count, dynsym,
-                                             _module_bytes(module, ".dynstr"), big_endian)
+                                             module.section_bytes(".dynstr"), big_endian)
     _set_symbols(sections, provide, ".symtab", ".strtab", symtab, strtab, count)
 
 
@@ -269,8 +269,8 @@ def _provide_numbered_symbols(sections: list[_Section], module: ModuleInfo, fram
     (``elfsyms.numbered_symbols``); the FDE at ``frames.gap`` gets the
     unnamed one, last (``frames._before_entry``)."""
     spans = fde_ranges(frames.debug, module.big_endian) or []
-    dynsym = _module_bytes(module, ".dynsym")
-    dynstr = _module_bytes(module, ".dynstr")
+    dynsym = module.section_bytes(".dynsym")
+    dynstr = module.section_bytes(".dynstr")
     relocations = next((sec.size // sec.entsize for name in (".rela.plt", ".rel.plt")
                         if (sec := module.section(name)) is not None and sec.entsize), 0)
     extra = []
@@ -296,26 +296,8 @@ def _crt1_stubs(module: ModuleInfo) -> list[int]:
     if sec is None:
         return []
     size = min(STUB_WINDOW, sec.addr + sec.size - entry)
-    try:
-        with open(module.path, "rb") as stream:
-            code = read_within(stream, sec.offset + entry - sec.addr, size, module.size, sec.name,
-                               module.path)
-    except OSError as exc:
-        raise FileError(f"{module.path}: {exc.strerror or exc}") from None
-    found = crt1_stub(code, entry)
+    found = crt1_stub(module.read(sec.offset + entry - sec.addr, size, sec.name), entry)
     return [] if found is None else [found]
-
-
-def _module_bytes(module: ModuleInfo, name: str) -> bytes:
-    """The module's section ``name`` (b"" when it has none, or none with contents)."""
-    sec = module.section(name)
-    if sec is None or sec.type == _SHT_NOBITS or not sec.size:
-        return b""
-    try:
-        with open(module.path, "rb") as stream:
-            return read_within(stream, sec.offset, sec.size, module.size, name, module.path)
-    except OSError as exc:
-        raise FileError(f"{module.path}: {exc.strerror or exc}") from None
 
 
 def _set_symbols(sections: list[_Section], provide: Callable[[str, bytes, int], None],
@@ -411,13 +393,9 @@ def _sframe_bytes(module: ModuleInfo) -> bytes:
     """The module's ``.sframe`` bytes: from its section header when it has one
     (the headers are read already; a cache hit then needs no pyelftools),
     else through ``read_elf`` (``PT_GNU_SFRAME``)."""
-    sec = module.section(".sframe")
-    if sec is not None and sec.type != _SHT_NOBITS and sec.size:
-        try:
-            with open(module.path, "rb") as stream:
-                return read_within(stream, sec.offset, sec.size, module.size, ".sframe", module.path)
-        except OSError as exc:
-            raise FileError(f"{module.path}: {exc.strerror or exc}") from None
+    data = module.section_bytes(".sframe")
+    if data:
+        return data
     info = read_elf(module.path)
     if not info.has_sframe or info.data is None:
         raise FileError(f"{module.path}: no .sframe section")
@@ -559,7 +537,7 @@ def _made_symbols(plan: Plan) -> bool:
 def _exports(plan: Plan) -> bool:
     """Does the file of ``plan`` carry ``.dynsym``'s defined symbols
     (``_provide_function_symbols``: a stripped module that exports some)?"""
-    return _made_symbols(plan) and bool(defined_dynamic(_module_bytes(plan.module, ".dynsym"),
+    return _made_symbols(plan) and bool(defined_dynamic(plan.module.section_bytes(".dynsym"),
                                                         plan.module.big_endian))
 
 
