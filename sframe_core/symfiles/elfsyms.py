@@ -45,6 +45,19 @@ PLT_SECTIONS = (".plt", ".plt.sec", ".plt.got")
 _SHF_EXECINSTR, _SHF_ALLOC = 0x4, 0x2
 _STT_FUNC, _STT_SECTION, _STB_LOCAL, _STB_GLOBAL = 2, 3, 0, 1
 _SHN_UNDEF, _SHN_LORESERVE = 0, 0xff00
+SYMBOL = "IBBHQQ"  # Elf64_Sym: st_name, st_info, st_other, st_shndx, st_value, st_size
+_SYMBOL_SIZE = 24
+
+
+def _entries(table: bytes, endian: str) -> list[tuple[int, int, int, int, int, int]]:
+    """The Elf64_Sym entries of ``table`` (its whole entries)."""
+    return [struct.unpack_from(endian + SYMBOL, table, at)
+            for at in range(0, len(table) - len(table) % _SYMBOL_SIZE, _SYMBOL_SIZE)]
+
+
+def _defined(shndx: int) -> bool:
+    """Is a symbol with section index ``shndx`` defined in a section of the file?"""
+    return shndx != _SHN_UNDEF and shndx < _SHN_LORESERVE
 
 
 def function_symbols(ranges: Sequence[tuple[int, int]], sections: Sequence[tuple[int, int, int]],
@@ -74,7 +87,7 @@ def function_symbols(ranges: Sequence[tuple[int, int]], sections: Sequence[tuple
         seen.add(start)
         name = len(strtab)
         strtab += f"{SYMBOL_PREFIX}{start:x}".encode() + b"\0"
-        symtab += struct.pack(endian + "IBBHQQ", name, (_STB_LOCAL << 4) | _STT_FUNC, 0, index,
+        symtab += struct.pack(endian + SYMBOL, name, (_STB_LOCAL << 4) | _STT_FUNC, 0, index,
                               start, size)
         count += 1
     if count == 1:
@@ -119,9 +132,9 @@ def numbered_symbols(ranges: Sequence[tuple[int, int]], sections: Sequence[Secti
     dynsym = dynsym or bytes(24)  # none (a static executable): the null symbol alone
     if len(dynsym) % 24:
         return None
-    entries = [struct.unpack_from(endian + "IBBHQQ", dynsym, at) for at in range(0, len(dynsym), 24)]
+    entries = _entries(dynsym, endian)
     known = {value for name, info, _, shndx, value, _ in entries
-             if shndx != _SHN_UNDEF and shndx < _SHN_LORESERVE and (name or info & 0xF == _STT_SECTION)}
+             if _defined(shndx) and (name or info & 0xF == _STT_SECTION)}
     last = max((i for i, entry in enumerate(entries) if entry[0]), default=0)
     plt = next((sec for sec in sections if sec.name == ".plt" and sec.size), None)
     if plt is not None and plt_relocations:
@@ -157,7 +170,7 @@ def numbered_symbols(ranges: Sequence[tuple[int, int]], sections: Sequence[Secti
     if not names:
         return None
     for name, index, start, size in names:
-        symtab += struct.pack(endian + "IBBHQQ", len(strtab), (_STB_GLOBAL << 4) | _STT_FUNC, 0,
+        symtab += struct.pack(endian + SYMBOL, len(strtab), (_STB_GLOBAL << 4) | _STT_FUNC, 0,
                               index, start, size)
         strtab += name + b"\0"
     locals_ = next((i for i, entry in enumerate(entries) if entry[1] >> 4 != _STB_LOCAL),
@@ -179,9 +192,8 @@ def defined_dynamic(dynsym: bytes, big_endian: bool) -> set[int]:
     if len(dynsym) % 24:
         return set()
     endian = ">" if big_endian else "<"
-    return {value for name, _, _, shndx, value, _ in
-            (struct.unpack_from(endian + "IBBHQQ", dynsym, at) for at in range(0, len(dynsym), 24))
-            if name and shndx != _SHN_UNDEF and shndx < _SHN_LORESERVE}
+    return {value for name, _, _, shndx, value, _ in _entries(dynsym, endian)
+            if name and _defined(shndx)}
 
 
 def with_dynamic(symtab: bytes, strtab: bytes, locals_: int, dynsym: bytes, dynstr: bytes,
@@ -193,8 +205,8 @@ def with_dynamic(symtab: bytes, strtab: bytes, locals_: int, dynsym: bytes, dyns
     string table, so ``.dynsym``'s name offsets hold; the locals stay first."""
     endian = ">" if big_endian else "<"
     shift = len(dynstr)
-    ours = [struct.unpack_from(endian + "IBBHQQ", symtab, at) for at in range(24, len(symtab), 24)]
-    moved = [struct.pack(endian + "IBBHQQ", name + shift, *rest) for name, *rest in ours]
+    moved = [struct.pack(endian + SYMBOL, name + shift, *rest)
+             for name, *rest in _entries(symtab, endian)[1:]]
     entries = [dynsym[at:at + 24] for at in range(24, len(dynsym) - len(dynsym) % 24, 24)]
     dyn_locals = [e for e in entries if e[4] >> 4 == _STB_LOCAL]
     dyn_globals = [e for e in entries if e[4] >> 4 != _STB_LOCAL]

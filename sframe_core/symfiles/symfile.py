@@ -56,6 +56,7 @@ from . import lock as filelock
 from .debug_files import build_id_path, crc32_of, debug_source, has_debug_information
 from .elfsyms import (
     STUB_WINDOW,
+    SYMBOL,
     crt1_stub,
     defined_dynamic,
     executable_sections,
@@ -325,7 +326,7 @@ def _with_gap_symbol(symtab: bytes, strtab: bytes, locals_: int, sections: list[
     ``gap`` after the ``locals_`` local symbols (ELF puts locals first)."""
     index = next((i for i, addr, span in executable_sections(sections)
                   if addr <= gap < addr + span), 0)
-    entry = struct.pack((">" if big_endian else "<") + "IBBHQQ", len(strtab), 2, 0, index, gap, 1)
+    entry = struct.pack((">" if big_endian else "<") + SYMBOL, len(strtab), 2, 0, index, gap, 1)
     at = locals_ * 24
     return symtab[:at] + entry + symtab[at:], strtab + _GAP_NAME + b"\0", locals_ + 1
 
