@@ -47,7 +47,8 @@ from sframe_core.base.files import elf_layout, open_elf
 from . import locate
 from .state import enabled, keeps_addresses_when_debug_info_is_replaced
 
-__all__ = ["seed", "seed_command_line", "refresh", "driver_files", "remake", "stripped"]
+__all__ = ["seed", "seed_command_line", "refresh", "driver_files", "remake", "stripped",
+           "section_names"]
 
 # FILE -> (the module made for it, the copy it is made from or None, FILE's stat then).
 _seeded: dict[str, tuple[lldb.SBModule, str | None, tuple[int, int, int]]] = {}
@@ -126,9 +127,7 @@ def _module_spec(path: str) -> tuple[lldb.SBModuleSpec, str | None] | None:
       the core loads, where LLDB before 21 runs no stop-hook.
     - Else None (22+ with debug information: the stop-hook adds the file).
     """
-    with open_elf(path) as stream:
-        layout = elf_layout(stream, path)
-    names = {s.name for s in layout.sections if s.size}
+    names = section_names(path)
     # Before 22 nothing would serve the module the target then gets (no
     # frame provider; a -g one cannot take its file later): a large one's
     # file is made now, said in one line (``locate._say_making``).
@@ -193,13 +192,17 @@ def seed_command_line() -> None:
         seed(path)
 
 
+def section_names(path: str) -> set[str]:
+    """The names of the sections with contents of the module at ``path``."""
+    with open_elf(path) as stream:
+        layout = elf_layout(stream, path)
+    return {s.name for s in layout.sections if s.size}
+
+
 def stripped(path: str) -> bool:
     """Has the module at ``path`` neither a symbol table nor debug information
     (``strip --strip-all``): LLDB names its functions only from our file's?"""
-    with open_elf(path) as stream:
-        layout = elf_layout(stream, path)
-    names = {s.name for s in layout.sections if s.size}
-    return not names & {".symtab", ".debug_info"}
+    return not section_names(path) & {".symtab", ".debug_info"}
 
 
 def remake(target: lldb.SBTarget, files: dict[str, str]) -> set[str]:

@@ -185,9 +185,7 @@ def needs_copy(path: str) -> bool:
     """Does LLDB need the module copy to use ``path``'s SFrame rows?"""
     if keeps_addresses_when_debug_info_is_replaced():
         return False
-    with open_elf(path) as stream:
-        layout = elf_layout(stream, path)
-    names = {s.name for s in layout.sections if s.size}
+    names = seed.section_names(path)
     return (".sframe" in names and ".debug_info" in names
             and not names & {".eh_frame", ".debug_frame"})
 
