@@ -81,9 +81,11 @@ def remake_core(debugger: lldb.SBDebugger, target: lldb.SBTarget) -> lldb.SBTarg
     if not is_core(target):
         return None
     path = target.GetExecutable().fullpath
+    if not path or not os.path.isfile(path) or not needs_copy(path):
+        return None
+    # Only now: before 17 finding the core reads the headers of every file mapped.
     core = core_file(target.GetProcess())
-    if not path or not core or not os.path.isfile(path) or not os.path.isfile(core) \
-            or not needs_copy(path):
+    if not core or not os.path.isfile(core):
         return None
     handed = locate.handed(path, now=True)
     if handed is None or not handed[1]:
